@@ -1,0 +1,12 @@
+"""mmvit5: ViT-5 as an OpenMMLab backbone.
+
+Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers the backbone,
+neck and optimizer constructor in MMEngine's registries, which mmdet, mmseg and mmpretrain
+inherit from, and makes mmengine's own checkpoints loadable under ``weights_only=True``.
+"""
+from . import compat
+from .models import *  # noqa: F401,F403
+from .engine import *  # noqa: F401,F403
+from .version import __version__
+
+compat.allow_mmengine_checkpoints()

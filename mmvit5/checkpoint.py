@@ -1,0 +1,95 @@
+"""Reading ViT-5 checkpoints: the released DeiT-style layout, mmengine's, and plain dicts.
+
+One function resizes ``pos_embed`` for both checkpoint loading and run-time grids, so a
+fine-tuned model and the forward pass agree on how the absolute embedding is stretched.
+"""
+import os
+import pickle
+import zipfile
+from typing import Dict, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+# Keys under which the known layouts keep the weights, in the order they are looked for.
+STATE_DICT_KEYS = ('state_dict', 'model', 'model_ema')
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used for the model it is loaded into."""
+
+
+def read_checkpoint(path: str) -> dict:
+    """Load a checkpoint file on the CPU with ``weights_only=True``.
+
+    :mod:`mmvit5.compat` allow-lists the few non-tensor types that mmengine and the released
+    ViT-5 files hold (``argparse.Namespace``, mmengine's log buffers), nothing else.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f'checkpoint {path!r} does not exist. Download the released ViT-5 weights '
+            '(see README, "Released checkpoints") or set the path in the config '
+            '(init_cfg=dict(type="Pretrained", checkpoint=...)).')
+    try:
+        checkpoint = torch.load(path, map_location='cpu', weights_only=True)
+    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile,
+            ValueError) as exc:
+        raise CheckpointError(
+            f'cannot read checkpoint {path!r} ({type(exc).__name__}: {exc}). The file is '
+            'truncated or not a PyTorch checkpoint: download it again.') from exc
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f'checkpoint {path!r} holds a {type(checkpoint).__name__}, '
+                              'not a dict of weights')
+    return checkpoint
+
+
+def extract_state_dict(checkpoint: dict, key: Optional[str] = None,
+                       prefix: Optional[str] = None) -> Dict[str, torch.Tensor]:
+    """The tensors of ``checkpoint`` as a flat state dict.
+
+    Args:
+        checkpoint: What :func:`read_checkpoint` returned.
+        key: Entry holding the weights; by default the first of ``state_dict`` (mmengine),
+            ``model`` (released ViT-5/DeiT), ``model_ema`` that exists, else the dict itself.
+        prefix: Keep only keys under this prefix and strip it (e.g. ``'backbone.'`` to take
+            the backbone out of an mmdet/mmseg checkpoint). By default ``backbone.`` is
+            stripped when the file is a whole detector/segmentor.
+    """
+    if key is None:
+        key = next((k for k in STATE_DICT_KEYS if isinstance(checkpoint.get(k), dict)), None)
+    elif key not in checkpoint:
+        raise CheckpointError(f'checkpoint has no entry {key!r}; it has {sorted(checkpoint)}')
+    state = checkpoint if key is None else checkpoint[key]
+    state = {k[len('module.'):] if k.startswith('module.') else k: v
+             for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if prefix is None and any(k.startswith('backbone.') for k in state):
+        prefix = 'backbone.'
+    if prefix:
+        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        if not state:
+            raise CheckpointError(f'checkpoint has no keys under prefix {prefix!r}')
+    return state
+
+
+def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Sequence[int],
+                     dst_grid: Sequence[int]) -> torch.Tensor:
+    """Resize a patch position embedding (1, h * w, C) from grid ``src_grid`` to ``dst_grid``.
+
+    Bicubic with ``align_corners=False`` on the (1, C, h, w) map, per axis, as the reference
+    fine-tuning code does (computed in float32, returned in the input dtype).
+    """
+    src_grid, dst_grid = tuple(src_grid), tuple(dst_grid)
+    if src_grid == dst_grid:
+        return pos_embed
+    dim = pos_embed.shape[-1]
+    grid = pos_embed.float().reshape(1, src_grid[0], src_grid[1], dim).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=dst_grid, mode='bicubic', align_corners=False)
+    return grid.permute(0, 2, 3, 1).reshape(1, dst_grid[0] * dst_grid[1], dim).to(pos_embed.dtype)
+
+
+def square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
+    side = int(round(num_tokens**0.5))
+    if side * side != num_tokens:
+        raise CheckpointError(f'{what} has {num_tokens} positions, not a square grid; pass '
+                              'the grid explicitly')
+    return side, side

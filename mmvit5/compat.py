@@ -1,0 +1,50 @@
+"""What the pinned OpenMMLab stack (mmengine 0.10.7) needs on a modern torch.
+
+torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine's ``torch.load`` calls
+pass nothing else, so resuming fails on the checkpoints mmengine itself wrote. Rather than
+turning ``weights_only`` off, this allow-lists exactly the non-tensor types those checkpoints
+(and the released ViT-5 files) hold:
+
+- ``argparse.Namespace``: the ``args`` entry of DeiT-style release files;
+- mmengine's ``HistoryBuffer`` with its numpy arrays and scalars (the ``message_hub`` entry);
+- the statistics methods in a ``HistoryBuffer``'s method table (``HistoryBuffer.min``,
+  ``.mean``, ...), which pickle as ``getattr(HistoryBuffer, name)``. ``getattr`` itself is
+  *not* allowed: a restricted stand-in resolves only those names on that class.
+"""
+import argparse
+import pickle
+
+import numpy as np
+import torch
+from mmengine.logging import HistoryBuffer
+
+
+# HistoryBuffer registers these on first use (``_set_default_statistics``)
+STATISTICS_METHODS = ('min', 'max', 'current', 'mean')
+
+
+def history_buffer_method(obj, name: str):
+    """``getattr`` as a pickle may use it inside an mmengine checkpoint, and no further."""
+    if obj is HistoryBuffer and name in STATISTICS_METHODS:
+        return getattr(obj, name)
+    raise pickle.UnpicklingError(
+        f'checkpoint asks for attribute {name!r} of {obj!r}; under weights_only=True only '
+        f'the statistics methods {STATISTICS_METHODS} of mmengine\'s HistoryBuffer are allowed')
+
+
+def _numpy_globals() -> list:
+    # numpy 2 pickles through numpy._core, numpy 1 through numpy.core
+    core = getattr(np, '_core', None) or np.core
+    dtypes = [type(np.dtype(t)) for t in ('float64', 'float32', 'int64', 'int32', 'bool')]
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype,
+            *dtypes]
+
+
+def allow_mmengine_checkpoints() -> None:
+    """Allow-list mmengine's checkpoint contents for ``torch.load(weights_only=True)``."""
+    torch.serialization.add_safe_globals([
+        argparse.Namespace,
+        HistoryBuffer,
+        (history_buffer_method, 'builtins.getattr'),
+        *_numpy_globals(),
+    ])

@@ -1,0 +1,471 @@
+"""ViT-5 backbone (arXiv 2602.08071) for mmdet, mmseg and mmpretrain.
+
+Data flow: image -> patch embed (+ absolute embedding resized to the run-time grid)
+-> ``[cls, patches, registers]`` -> blocks (RoPE from one cached table per grid)
+-> strip the class token and registers -> (B, C, H, W) per ``out_indices`` entry.
+"""
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint
+import torch.nn.functional as F
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+from mmengine.registry import MODELS
+from torch.nn.init import trunc_normal_
+from torchvision.ops import StochasticDepth
+
+from ...checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
+                           resize_pos_embed, square_grid)
+from ..layers.attention import Attention
+from ..layers.norm import RMSNorm
+from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, sequence_angles
+
+OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
+DROP_PATH_SCHEDULES = ('uniform', 'linear')
+CP_IMPLS = ('fairscale', 'torch')
+
+
+class Mlp(nn.Module):
+    """Linear -> exact GELU -> Linear, both with bias (no SwiGLU in ViT-5)."""
+
+    def __init__(self, dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block with LayerScale: ``x + gamma * f(RMSNorm(x))``.
+
+    Args:
+        dim (int): Token width C.
+        num_heads (int): Attention heads.
+        mlp_ratio (float): MLP hidden width over C.
+        drop_path (float): Stochastic-depth rate of this block.
+        layer_scale_init_value (float): Initial value of ``gamma_1``/``gamma_2``.
+        qk_norm (bool): QK-Norm in attention.
+        fused_attn (bool): Use ``scaled_dot_product_attention``.
+
+    Shape:
+        - x: (B, T, C); cos, sin: (T, C // num_heads). Output: (B, T, C).
+    """
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0,
+                 drop_path: float = 0.0, layer_scale_init_value: float = 1e-4,
+                 qk_norm: bool = True, fused_attn: bool = True) -> None:
+        super().__init__()
+        self.norm1 = RMSNorm(dim)
+        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, fused=fused_attn)
+        self.norm2 = RMSNorm(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        self.gamma_1 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
+        self.gamma_2 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
+        self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x), (cos, sin)))
+        return x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
+
+
+class PatchEmbed(nn.Module):
+    """Conv patchify (with bias); pads bottom/right to a multiple of the patch size.
+
+    Shape:
+        - Input: (B, in_channels, H, W)
+        - Output: tokens (B, ceil(H / p) * ceil(W / p), C) row-major, and the grid (rows, cols)
+    """
+
+    def __init__(self, in_channels: int, embed_dim: int, patch_size: int) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, embed_dim, patch_size, stride=patch_size)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        p = self.patch_size
+        pad_h, pad_w = -x.shape[2] % p, -x.shape[3] % p
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+        x = self.proj(x)
+        return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])
+
+
+@MODELS.register_module()
+class ViT5(BaseModule):
+    """ViT-5: RMSNorm, LayerScale, QK-Norm, absolute + 2D RoPE positions, registers.
+
+    Numerically the released implementation on its checkpoints, extended to any input size:
+    the absolute embedding is resized (bicubic) to the run-time grid and RoPE positions follow
+    ``rope_mode`` per axis. Inputs whose sides are not multiples of ``patch_size`` are
+    zero-padded at the bottom/right, so the last row/column of the output map also covers the
+    padding.
+
+    Args:
+        arch (str | dict): ``'small'``, ``'base'``, ``'large'``, ``'xlarge'`` (or ``s``, ``b``,
+            ``l``, ``xl``), or a dict with ``embed_dim``, ``depth``, ``num_heads`` and
+            optionally ``mlp_ratio``.
+        img_size (int | tuple[int, int]): The *pretraining* size. It fixes the ``pos_embed``
+            grid and RoPE's ``n_pt``; inputs of any size are accepted at run time.
+        patch_size (int): Defaults to 16.
+        in_channels (int): Defaults to 3.
+        num_registers (int): Register tokens, a square number (2D register RoPE).
+        out_indices (int | Sequence[int]): Blocks whose outputs are returned; negative
+            values count from the end. Defaults to -1.
+        out_type (str): ``'featmap'`` (B, C, H, W) patch map with class token and registers
+            stripped; ``'raw'`` (B, T, C) all tokens; ``'cls_token'`` (B, C);
+            ``'avg_featmap'`` (B, C) mean of the patch tokens.
+        final_norm (bool): Apply the final RMSNorm to the last block's output (all outputs
+            taken from the last block see it). Defaults to True, as the reference.
+        rope_mode (str): ``'interpolate'`` (positions ``i / n * n_pt``, the reference's
+            behaviour at a new grid) or ``'extrapolate'`` (integer positions, the reference
+            after fine-tuning at a new size).
+        rope_theta (float): Patch RoPE base. Defaults to 10000.
+        reg_rope_theta (float): Register RoPE base. Defaults to 100.
+        drop_path_rate (float): Stochastic depth.
+        drop_path_schedule (str): ``'uniform'`` (the same rate in every block, as the
+            reference) or ``'linear'`` (0 to ``drop_path_rate`` over depth).
+        layer_scale_init_value (float): LayerScale init. Defaults to 1e-4, as released.
+        qk_norm (bool): Defaults to True.
+        fused_attn (bool): ``F.scaled_dot_product_attention``. Defaults to True.
+        frozen_stages (int): -1 trains everything; 0 freezes patch embed, ``pos_embed``,
+            ``cls_token`` and ``reg_token``; k > 0 also blocks ``0 .. k - 1`` (and the final
+            norm once every block is frozen).
+        with_cp (bool): Activation checkpointing of each block.
+        cp_impl (str): ``'fairscale'`` (``checkpoint_wrapper``) or ``'torch'``
+            (non-reentrant ``torch.utils.checkpoint``).
+        check_finite (bool): Raise on NaN/inf inputs (one reduction per forward).
+        init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a
+            released, mmengine or mmdet/mmseg checkpoint (``prefix`` and ``checkpoint_key``
+            select the entry); anything else is mmengine's usual initialisation.
+    """
+
+    arch_zoo = {
+        **dict.fromkeys(['s', 'small'], dict(embed_dim=384, depth=12, num_heads=6)),
+        **dict.fromkeys(['b', 'base'], dict(embed_dim=768, depth=12, num_heads=12)),
+        **dict.fromkeys(['l', 'large'], dict(embed_dim=1024, depth=24, num_heads=16)),
+        **dict.fromkeys(['xl', 'xlarge'], dict(embed_dim=1152, depth=28, num_heads=16)),
+    }
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'base',
+                 img_size: Union[int, Sequence[int]] = 224,
+                 patch_size: int = 16,
+                 in_channels: int = 3,
+                 num_registers: int = 4,
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 out_type: str = 'featmap',
+                 final_norm: bool = True,
+                 rope_mode: str = 'interpolate',
+                 rope_theta: float = 10000.0,
+                 reg_rope_theta: float = 100.0,
+                 drop_path_rate: float = 0.0,
+                 drop_path_schedule: str = 'uniform',
+                 layer_scale_init_value: float = 1e-4,
+                 qk_norm: bool = True,
+                 fused_attn: bool = True,
+                 frozen_stages: int = -1,
+                 with_cp: bool = False,
+                 cp_impl: str = 'fairscale',
+                 check_finite: bool = False,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = self._arch_settings(arch)
+        embed_dim = self.arch_settings['embed_dim']
+        depth = self.arch_settings['depth']
+        num_heads = self.arch_settings['num_heads']
+        self._check_config(embed_dim, num_heads, num_registers, out_type, rope_mode,
+                           drop_path_schedule, cp_impl, frozen_stages, depth)
+        self.embed_dim = embed_dim
+        self.depth = depth
+        self.patch_size = patch_size
+        self.in_channels = in_channels
+        self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.pretrain_grid = (self.img_size[0] // patch_size, self.img_size[1] // patch_size)
+        self.num_registers = num_registers
+        self.out_indices = self._normalize_out_indices(out_indices, depth)
+        self.out_type = out_type
+        self.final_norm = final_norm
+        self.rope_mode = rope_mode
+        self.frozen_stages = frozen_stages
+        self.check_finite = check_finite
+
+        num_patches = self.pretrain_grid[0] * self.pretrain_grid[1]
+        self.patch_embed = PatchEmbed(in_channels, embed_dim, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.reg_token = nn.Parameter(torch.zeros(1, num_registers, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches, embed_dim))
+        head_dim = embed_dim // num_heads
+        reg_side = int(round(num_registers**0.5))
+        self.rope = RotaryEmbedding2D(head_dim, rope_theta, self.pretrain_grid)
+        self.rope_reg = RotaryEmbedding2D(head_dim, reg_rope_theta, reg_side)
+        self._rope_cache: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
+
+        if drop_path_schedule == 'uniform':
+            rates = [drop_path_rate] * depth
+        else:
+            rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.blocks = nn.ModuleList([
+            Block(embed_dim, num_heads, self.arch_settings.get('mlp_ratio', 4.0), rates[i],
+                  layer_scale_init_value, qk_norm, fused_attn) for i in range(depth)
+        ])
+        self.with_cp = with_cp
+        self.cp_impl = cp_impl
+        if with_cp and cp_impl == 'fairscale':
+            self._wrap_checkpointing()
+        self.norm = RMSNorm(embed_dim) if final_norm else nn.Identity()
+        self._freeze_stages()
+
+    # ----------------------------------------------------------------- configuration
+    def _arch_settings(self, arch: Union[str, dict]) -> dict:
+        if isinstance(arch, str):
+            if arch.lower() not in self.arch_zoo:
+                raise ValueError(f'unknown ViT5 arch {arch!r}; choose one of '
+                                 f'{sorted(set(self.arch_zoo))} or pass a dict with '
+                                 'embed_dim, depth and num_heads')
+            return dict(self.arch_zoo[arch.lower()])
+        missing = {'embed_dim', 'depth', 'num_heads'} - set(arch)
+        unknown = set(arch) - {'embed_dim', 'depth', 'num_heads', 'mlp_ratio'}
+        if missing or unknown:
+            raise ValueError(f'ViT5 arch dict needs embed_dim, depth, num_heads (and may set '
+                             f'mlp_ratio); missing {sorted(missing)}, unknown {sorted(unknown)}')
+        return dict(arch)
+
+    @staticmethod
+    def _check_config(embed_dim, num_heads, num_registers, out_type, rope_mode,
+                      drop_path_schedule, cp_impl, frozen_stages, depth) -> None:
+        if embed_dim % num_heads:
+            raise ValueError(f'embed_dim {embed_dim} is not divisible by num_heads '
+                             f'{num_heads}; pick num_heads dividing embed_dim')
+        if (embed_dim // num_heads) % 4:
+            raise ValueError(f'head dim {embed_dim // num_heads} (embed_dim / num_heads) must '
+                             'be divisible by 4 for 2D RoPE; change embed_dim or num_heads')
+        if num_registers < 1 or int(round(num_registers**0.5))**2 != num_registers:
+            raise ValueError(f'num_registers must be a positive square number (registers '
+                             f'form a 2D RoPE grid), got {num_registers}; use 1, 4, 16, ...')
+        for name, value, allowed in (('out_type', out_type, OUT_TYPES),
+                                     ('rope_mode', rope_mode, ROPE_MODES),
+                                     ('drop_path_schedule', drop_path_schedule,
+                                      DROP_PATH_SCHEDULES), ('cp_impl', cp_impl, CP_IMPLS)):
+            if value not in allowed:
+                raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
+        if not -1 <= frozen_stages <= depth:
+            raise ValueError(f'frozen_stages must be in [-1, {depth}], got {frozen_stages}')
+
+    @staticmethod
+    def _normalize_out_indices(out_indices, depth: int) -> List[int]:
+        indices = [out_indices] if isinstance(out_indices, int) else list(out_indices)
+        if not indices:
+            raise ValueError('out_indices is empty; give at least one block index')
+        normalized = []
+        for index in indices:
+            if not -depth <= index < depth:
+                raise ValueError(f'out_indices entry {index} is out of range for {depth} '
+                                 f'blocks; use 0..{depth - 1} or -{depth}..-1')
+            normalized.append(index % depth)
+        return normalized
+
+    def _wrap_checkpointing(self) -> None:
+        # fairscale patches each block's forward in place: checkpoint keys stay unchanged
+        from fairscale.nn.checkpoint import checkpoint_wrapper
+        for block in self.blocks:
+            checkpoint_wrapper(block)
+
+    def _run_block(self, block: Block, x: torch.Tensor, cos: torch.Tensor,
+                   sin: torch.Tensor) -> torch.Tensor:
+        if self.with_cp and self.cp_impl == 'torch' and self.training and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(block, x, cos, sin, use_reentrant=False)
+        return block(x, cos, sin)
+
+    # ----------------------------------------------------------------- weights
+    def init_weights(self) -> None:
+        if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained':
+            self.load_pretrained(self.init_cfg['checkpoint'],
+                                 checkpoint_key=self.init_cfg.get('checkpoint_key'),
+                                 prefix=self.init_cfg.get('prefix'))
+            self._is_init = True
+            return
+        super().init_weights()
+        if self.init_cfg is None:
+            trunc_normal_(self.pos_embed, std=0.02)
+            trunc_normal_(self.cls_token, std=0.02)
+            trunc_normal_(self.reg_token, std=0.02)
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    trunc_normal_(module.weight, std=0.02)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
+
+    def load_pretrained(self, path: str, checkpoint_key: Optional[str] = None,
+                        prefix: Optional[str] = None) -> None:
+        """Load a released / mmengine / detector checkpoint into this backbone.
+
+        ``pos_embed`` is resized (bicubic) from the checkpoint's grid to this model's
+        ``img_size`` grid; the classifier head is ignored; the per-block RoPE frequency
+        buffers of the released files are checked against this model's and dropped. Any
+        other missing, unexpected or mis-shaped key raises :class:`CheckpointError`.
+        """
+        state = extract_state_dict(read_checkpoint(path), checkpoint_key, prefix)
+        state = self.adapt_state_dict(state, source=path)
+        self.load_state_dict(state, strict=True)
+        self._rope_cache.clear()
+        print_log(f'ViT5: loaded {len(state)} tensors from {path}', logger='current')
+
+    def adapt_state_dict(self, state: Dict[str, torch.Tensor],
+                         source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
+        """Map a checkpoint's backbone tensors onto this model's keys, or raise."""
+        if 'cls_token' not in state or not any(k.endswith('attn.q_norm.weight') for k in state):
+            raise CheckpointError(
+                f'{source} is not a ViT-5 checkpoint: it has no cls_token / attn.q_norm '
+                f'weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file or '
+                'one saved by mmvit5.')
+        own = self.state_dict()
+        adapted = OrderedDict()
+        mismatched = []
+        for key, value in state.items():
+            if key.startswith(('head.', 'fc_norm.')):
+                continue
+            if key.endswith(('attn.rope.freqs', 'attn.rope_reg.freqs')):
+                # deterministic buffers, stored per block by the reference: check, then drop
+                expected = (self.rope_reg if 'rope_reg' in key else self.rope).freqs
+                if value.shape != expected.shape or not torch.allclose(
+                        value.float(), expected, rtol=1e-6, atol=0):
+                    mismatched.append(f'{key}: checkpoint {value.tolist()[:3]}... vs model '
+                                      f'{expected.tolist()[:3]}... (RoPE theta or head dim)')
+                continue
+            if key == 'pos_embed' and key in own and value.shape != own[key].shape \
+                    and value.shape[-1] == own[key].shape[-1]:
+                value = resize_pos_embed(value, square_grid(value.shape[1], 'pos_embed'),
+                                         self.pretrain_grid)
+                print_log(f'ViT5: resized pos_embed of {source} from {state[key].shape[1]} to '
+                          f'{value.shape[1]} positions', logger='current')
+            adapted[key] = value
+        missing = [k for k in own if k not in adapted]
+        unexpected = [k for k in adapted if k not in own]
+        mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
+                      for k, v in adapted.items() if k in own and v.shape != own[k].shape
+                      ] + mismatched
+        if missing or unexpected or mismatched:
+            raise CheckpointError(
+                f'{source} does not fit this ViT5 ({self._describe()}; the checkpoint looks '
+                f'like {self._describe_state(state)}).' +
+                (f'\n  mismatched shapes: {mismatched[:8]}' if mismatched else '') +
+                (f'\n  missing keys: {missing[:8]}' if missing else '') +
+                (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
+                '\nSet arch / num_registers to the checkpoint\'s, or use a matching file.')
+        return adapted
+
+    def _describe(self) -> str:
+        return (f'embed_dim {self.embed_dim}, depth {self.depth}, '
+                f'{self.num_registers} registers')
+
+    @staticmethod
+    def _describe_state(state: Dict[str, torch.Tensor]) -> str:
+        depth = len({k.split('.')[1] for k in state if k.startswith('blocks.')})
+        registers = state['reg_token'].shape[1] if 'reg_token' in state else 0
+        return (f'embed_dim {state["cls_token"].shape[-1]}, depth {depth}, '
+                f'{registers} registers')
+
+    # ----------------------------------------------------------------- forward
+    def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype,
+                   device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin (T, head_dim) for ``[cls, patches, registers]`` on ``grid``, cached."""
+        key = (grid, dtype, device, self.rope_mode)
+        table = self._rope_cache.get(key)
+        if table is None:
+            with torch.no_grad():
+                angles = sequence_angles(self.rope, self.rope_reg, grid, self.num_registers,
+                                         self.rope_mode).to(device)
+                table = (angles.cos().to(dtype), angles.sin().to(dtype))
+            if len(self._rope_cache) >= 16:  # multi-scale training meets many grids
+                self._rope_cache.pop(next(iter(self._rope_cache)))
+            self._rope_cache[key] = table
+        return table
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        if x.dim() != 4:
+            raise ValueError(f'ViT5 expects images (B, C, H, W), got shape {tuple(x.shape)}')
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f'ViT5 was built for {self.in_channels} input channels, got '
+                             f'{x.shape[1]}; set in_channels or convert the images')
+        if min(x.shape[2:]) < self.patch_size:
+            raise ValueError(f'image size {tuple(x.shape[2:])} is smaller than one '
+                             f'{self.patch_size}x{self.patch_size} patch; resize or pad inputs')
+        if self.check_finite and not torch.isfinite(x).all():
+            raise ValueError('ViT5 input contains NaN or inf (check_finite=True); check the '
+                             'data pipeline / normalisation')
+
+    def tokens(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        """Embed images into the token sequence ``[cls, patches, registers]`` (B, T, C)."""
+        self._check_input(x)
+        x, grid = self.patch_embed(x)
+        x = x + resize_pos_embed(self.pos_embed, self.pretrain_grid, grid)
+        B = x.shape[0]
+        x = torch.cat((self.cls_token.expand(B, -1, -1), x,
+                       self.reg_token.expand(B, -1, -1)), dim=1)
+        return x, grid
+
+    def forward_features(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """All tokens after the final norm, split by role (for analysis and classification).
+
+        Returns:
+            dict: ``cls_token`` (B, C), ``patch_tokens`` (B, H * W, C), ``reg_tokens``
+            (B, R, C) and ``grid`` (H, W).
+        """
+        x, grid = self.tokens(x)
+        cos, sin = self.rope_table(grid, self.pos_embed.dtype, x.device)
+        for block in self.blocks:
+            x = self._run_block(block, x, cos, sin)
+        x = self.norm(x)
+        num_patches = grid[0] * grid[1]
+        return dict(cls_token=x[:, 0], patch_tokens=x[:, 1:1 + num_patches],
+                    reg_tokens=x[:, 1 + num_patches:], grid=grid)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry."""
+        x, grid = self.tokens(x)
+        cos, sin = self.rope_table(grid, self.pos_embed.dtype, x.device)
+        outs = []
+        for i, block in enumerate(self.blocks):
+            x = self._run_block(block, x, cos, sin)
+            if i == self.depth - 1:
+                x = self.norm(x)
+            if i in self.out_indices:
+                outs.append(self._format_output(x, grid))
+        return tuple(outs)
+
+    def _format_output(self, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
+        if self.out_type == 'raw':
+            return x
+        if self.out_type == 'cls_token':
+            return x[:, 0]
+        # registers come last: patches are x[:, 1:1 + N], never x[:, num_prefix:]
+        patches = x[:, 1:1 + grid[0] * grid[1]]
+        if self.out_type == 'avg_featmap':
+            return patches.mean(dim=1)
+        return patches.transpose(1, 2).reshape(x.shape[0], self.embed_dim, *grid)
+
+    # ----------------------------------------------------------------- freezing
+    def _freeze_stages(self) -> None:
+        if self.frozen_stages < 0:
+            return
+        frozen = [self.patch_embed, *self.blocks[:self.frozen_stages]]
+        if self.frozen_stages == self.depth:
+            frozen.append(self.norm)
+        for param in (self.pos_embed, self.cls_token, self.reg_token):
+            param.requires_grad = False
+        for module in frozen:
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'ViT5':
+        super().train(mode)
+        self._freeze_stages()
+        return self
+

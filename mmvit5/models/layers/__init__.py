@@ -1,0 +1,6 @@
+from .attention import Attention
+from .norm import LayerNorm2d, RMSNorm
+from .rope import RotaryEmbedding2D, apply_rope, axis_positions, rotate_half, sequence_angles
+
+__all__ = ['Attention', 'LayerNorm2d', 'RMSNorm', 'RotaryEmbedding2D', 'apply_rope',
+           'axis_positions', 'rotate_half', 'sequence_angles']

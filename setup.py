@@ -1,0 +1,37 @@
+"""mmvit5: ViT-5 as an OpenMMLab backbone for detection and segmentation."""
+import os
+import re
+
+from setuptools import find_packages, setup
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_requirements():
+    # torch/mmcv are installed by tools/install.sh in a fixed order (mmcv must be compiled
+    # against the installed torch), so they are checked but not resolved by pip here.
+    names = []
+    with open(os.path.join(here, 'requirements.txt')) as f:
+        for line in f:
+            line = line.split('#')[0].strip()
+            if line and not re.match(r'^(torch|torchvision|mmcv|pytest)\b', line):
+                names.append(line)
+    return names
+
+
+def read_version():
+    with open(os.path.join(here, 'mmvit5', 'version.py')) as f:
+        return re.search(r"__version__ = '([^']+)'", f.read()).group(1)
+
+
+setup(
+    name='mmvit5',
+    version=read_version(),
+    description='ViT-5 backbone, pyramid neck and configs for mmdet / mmseg / mmpretrain',
+    long_description=open(os.path.join(here, 'README.md')).read(),
+    long_description_content_type='text/markdown',
+    license='Apache-2.0',
+    packages=find_packages(include=['mmvit5', 'mmvit5.*']),
+    python_requires='>=3.9',
+    install_requires=read_requirements(),
+)
