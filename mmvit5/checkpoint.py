@@ -10,6 +10,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from mmengine.registry import WEIGHT_INITIALIZERS
 
 # Keys under which the known layouts keep the weights, in the order they are looked for.
 STATE_DICT_KEYS = ('state_dict', 'model', 'model_ema')
@@ -93,3 +94,42 @@ def square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
         raise CheckpointError(f'{what} has {num_tokens} positions, not a square grid; pass '
                               'the grid explicitly')
     return side, side
+
+
+@WEIGHT_INITIALIZERS.register_module(name='ReleasedPretrained')
+class ReleasedPretrainedInit:
+    """Initialise any module from part of a released (or mmengine) ViT-5 file.
+
+    mmengine's ``Pretrained`` initializer expects a ``state_dict`` entry and cannot read the
+    released layout; this one can. It takes the keys under ``prefix``, renames that prefix to
+    ``target_prefix`` and loads strictly, e.g. the released classifier into mmpretrain's
+    ``LinearClsHead``: ``dict(type='ReleasedPretrained', checkpoint=PATH, prefix='head.',
+    target_prefix='fc.')``.
+
+    Args:
+        checkpoint (str): Path of the file.
+        prefix (str): Keys to take from the file.
+        target_prefix (str): What the prefix becomes in the module's keys.
+        checkpoint_key (str, optional): Entry holding the weights (default as
+            :func:`extract_state_dict`).
+    """
+
+    def __init__(self, checkpoint: str, prefix: str, target_prefix: str = '',
+                 checkpoint_key: Optional[str] = None) -> None:
+        self.checkpoint = checkpoint
+        self.prefix = prefix
+        self.target_prefix = target_prefix
+        self.checkpoint_key = checkpoint_key
+
+    def __call__(self, module: torch.nn.Module) -> None:
+        state = extract_state_dict(read_checkpoint(self.checkpoint), self.checkpoint_key,
+                                   prefix=self.prefix)
+        state = {self.target_prefix + k: v for k, v in state.items()}
+        try:
+            module.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise CheckpointError(f'{self.checkpoint}: keys under {self.prefix!r} do not fit '
+                                  f'{type(module).__name__}: {exc}') from exc
+
+    def __repr__(self) -> str:
+        return f'ReleasedPretrained(checkpoint={self.checkpoint}, prefix={self.prefix})'

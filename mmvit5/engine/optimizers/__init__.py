@@ -1,1 +1,3 @@
-__all__ = []
+from .layer_decay_constructor import LayerDecayOptimizerConstructor
+
+__all__ = ['LayerDecayOptimizerConstructor']

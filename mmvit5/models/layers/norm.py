@@ -2,6 +2,7 @@
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmengine.registry import MODELS
 
 
 class RMSNorm(nn.Module):
@@ -33,6 +34,7 @@ class RMSNorm(nn.Module):
         return f'{self.weight.shape[0]}, eps={self.eps}'
 
 
+@MODELS.register_module('LN2d')
 class LayerNorm2d(nn.LayerNorm):
     """LayerNorm over the channel axis of a (B, C, H, W) map (ViTDet's simple pyramid).
 
@@ -40,6 +42,7 @@ class LayerNorm2d(nn.LayerNorm):
         num_channels (int): C.
         eps (float): Defaults to 1e-6.
     """
+    _abbr_ = 'ln'  # mmcv's build_norm_layer names the layer after this
 
     def __init__(self, num_channels: int, eps: float = 1e-6) -> None:
         super().__init__(num_channels, eps=eps)

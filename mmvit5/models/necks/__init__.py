@@ -1,1 +1,3 @@
-__all__ = []
+from .simple_fpn import SimpleFeaturePyramid
+
+__all__ = ['SimpleFeaturePyramid']

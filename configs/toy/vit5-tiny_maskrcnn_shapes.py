@@ -1,0 +1,68 @@
+# A CPU-sized ViT-5 Mask R-CNN on the generated shapes set (tools/make_toy_data.py):
+# the COCO recipe of ../vit5_maskrcnn_coco.py with a 4-block, 96-wide ViT-5 trained from
+# scratch at 256x256. Used by the quick start, the tests and tools/learning_curves.py.
+_base_ = ['../vit5_maskrcnn_coco.py']
+
+data_root = 'data/toy/coco/'
+image_size = (256, 256)
+metainfo = dict(classes=('rectangle', 'ellipse', 'triangle'))
+num_classes = 3
+channels = 64
+
+model = dict(
+    data_preprocessor=dict(batch_augments=[
+        dict(type='BatchFixedSizePad', size=image_size, pad_mask=True)]),
+    backbone=dict(arch=dict(embed_dim=96, depth=4, num_heads=3), img_size=64,
+                  drop_path_rate=0.0, init_cfg=None),
+    neck=dict(in_channels=96, out_channels=channels),
+    rpn_head=dict(in_channels=channels, feat_channels=channels,
+                  anchor_generator=dict(scales=[4])),
+    roi_head=dict(
+        bbox_roi_extractor=dict(out_channels=channels),
+        bbox_head=dict(in_channels=channels, fc_out_channels=128, num_classes=num_classes),
+        mask_roi_extractor=dict(out_channels=channels),
+        mask_head=dict(in_channels=channels, conv_out_channels=channels,
+                       num_classes=num_classes)),
+    test_cfg=dict(rpn=dict(nms_pre=300, max_per_img=300), rcnn=dict(max_per_img=20)))
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='RandomResize', scale=image_size, ratio_range=(0.8, 1.25), keep_ratio=True),
+    dict(type='RandomCrop', crop_type='absolute_range', crop_size=image_size,
+         recompute_bbox=True, allow_negative_crop=True),
+    dict(type='FilterAnnotations', min_gt_bbox_wh=(1e-2, 1e-2)),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=image_size, keep_ratio=True),
+    dict(type='Pad', size=image_size, pad_val=dict(img=(114, 114, 114))),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+train_dataloader = dict(
+    batch_size=2, num_workers=0, persistent_workers=False,
+    dataset=dict(data_root=data_root, metainfo=metainfo, pipeline=train_pipeline,
+                 filter_cfg=dict(filter_empty_gt=True, min_size=8)))
+val_dataloader = dict(
+    batch_size=2, num_workers=0, persistent_workers=False,
+    dataset=dict(data_root=data_root, metainfo=metainfo, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+
+max_iters = 40
+train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=20),
+    dict(type='MultiStepLR', begin=0, end=max_iters, by_epoch=False,
+         milestones=[int(max_iters * 0.9)], gamma=0.1),
+]
+optim_wrapper = dict(optimizer=dict(lr=3e-4, weight_decay=0.05),
+                     clip_grad=dict(max_norm=1.0))
+default_hooks = dict(logger=dict(interval=10),
+                     checkpoint=dict(interval=max_iters, max_keep_ckpts=2))
+randomness = dict(seed=0)

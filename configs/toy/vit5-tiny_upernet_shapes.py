@@ -1,0 +1,50 @@
+# A CPU-sized ViT-5 UperNet on the generated shapes set (tools/make_toy_data.py): the ADE20K
+# recipe of ../vit5_upernet_ade20k.py with a 4-block, 96-wide ViT-5 from scratch, 128 crops.
+_base_ = ['../vit5_upernet_ade20k.py']
+
+data_root = 'data/toy/ade/ADEChallengeData2016'
+crop_size = (128, 128)
+norm_cfg = dict(type='BN', requires_grad=True)  # SyncBN needs CUDA when distributed
+
+model = dict(
+    data_preprocessor=dict(size=crop_size),
+    backbone=dict(arch=dict(embed_dim=96, depth=4, num_heads=3), img_size=64,
+                  out_indices=(0, 1, 2, 3), drop_path_rate=0.0, init_cfg=None),
+    neck=dict(in_channels=[96] * 4, out_channels=96),
+    decode_head=dict(in_channels=[96] * 4, channels=64, norm_cfg=norm_cfg),
+    auxiliary_head=dict(in_channels=96, channels=32, norm_cfg=norm_cfg),
+    test_cfg=dict(mode='whole'))
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='RandomResize', scale=(256, 128), ratio_range=(0.75, 1.5), keep_ratio=True),
+    dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.9),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackSegInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=(256, 128), keep_ratio=True),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='PackSegInputs'),
+]
+train_dataloader = dict(
+    batch_size=4, num_workers=0, persistent_workers=False,
+    dataset=dict(data_root=data_root, pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=1, num_workers=0, persistent_workers=False,
+    dataset=dict(data_root=data_root, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+
+max_iters = 40
+train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=20),
+    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=20, end=max_iters),
+]
+optim_wrapper = dict(optimizer=dict(lr=6e-4, weight_decay=0.05))
+default_hooks = dict(logger=dict(interval=10),
+                     checkpoint=dict(interval=max_iters, max_keep_ckpts=2),
+                     visualization=dict(type='SegVisualizationHook', draw=False))
+randomness = dict(seed=0)

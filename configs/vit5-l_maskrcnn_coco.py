@@ -1,0 +1,6 @@
+# ViT5-L Mask R-CNN: 24 blocks, drop path 0.4 and layer decay 0.8 as ViTDet-L.
+_base_ = ['./vit5_maskrcnn_coco.py']
+model = dict(backbone=dict(arch='large', drop_path_rate=0.4,
+                           init_cfg=dict(checkpoint={{_base_.pretrained_large}})),
+             neck=dict(in_channels=1024))
+optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=0.8))

@@ -1,0 +1,73 @@
+"""Config loading shared by tools/train.py and tools/test.py (mmdet and mmseg alike)."""
+import os
+import os.path as osp
+from typing import Optional
+
+from mmengine.config import Config
+
+SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None,
+                work_dir: Optional[str] = None) -> Config:
+    """Read ``path``, apply ``--cfg-options``, check it, and set ``work_dir``.
+
+    ``work_dir`` defaults to ``work_dirs/<config name>`` as in mmdet/mmseg.
+    """
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'config {path!r} does not exist')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    check_config(cfg, path)
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    return cfg
+
+
+def check_config(cfg: Config, path: str = 'config') -> None:
+    """Fail early, with the fix, on mistakes that otherwise surface deep in a run."""
+    scope = cfg.get('default_scope')
+    if scope not in SCOPES:
+        raise ValueError(f'{path}: default_scope is {scope!r}; inherit an mmdet, mmseg or '
+                         "mmpretrain config (e.g. _base_ = ['mmdet::mask_rcnn/...']) or set "
+                         f'default_scope to one of {SCOPES}')
+    if 'ViT5' in cfg.pretty_text or 'SimpleFeaturePyramid' in cfg.pretty_text:
+        imports = (cfg.get('custom_imports') or {}).get('imports', [])
+        imports = [imports] if isinstance(imports, str) else list(imports)
+        if 'mmvit5' not in imports:
+            raise ValueError(f"{path} uses mmvit5 modules (type='ViT5' / "
+                             "'SimpleFeaturePyramid') but does not import them; add "
+                             "custom_imports = dict(imports=['mmvit5'], "
+                             'allow_failed_imports=False) to the config')
+    for split in ('train', 'val', 'test'):
+        _check_data_root(cfg.get(f'{split}_dataloader'), f'{split}_dataloader', path)
+
+
+def _check_data_root(loader: Optional[dict], name: str, path: str) -> None:
+    dataset = (loader or {}).get('dataset') or {}
+    while 'dataset' in dataset:  # RepeatDataset / ClassBalancedDataset wrappers
+        dataset = dataset['dataset']
+    root = dataset.get('data_root')
+    if root and not osp.isdir(root):
+        raise FileNotFoundError(
+            f'{path}: {name}.dataset.data_root {root!r} does not exist (cwd {os.getcwd()}). '
+            f'Put the dataset there or pass --cfg-options {name}.dataset.data_root=PATH '
+            '(README, "Data")')
+
+
+def enable_amp(cfg: Config) -> None:
+    """Switch the optimizer wrapper to mixed precision (dynamic loss scale)."""
+    if cfg.optim_wrapper.get('type') == 'AmpOptimWrapper':
+        return
+    cfg.optim_wrapper.type = 'AmpOptimWrapper'
+    cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+
+
+def enable_resume(cfg: Config, checkpoint: Optional[str]) -> None:
+    """``--resume`` (latest in work_dir) or ``--resume PATH``."""
+    cfg.resume = True
+    cfg.load_from = None if checkpoint in (None, 'auto') else checkpoint
+

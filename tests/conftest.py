@@ -1,0 +1,39 @@
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, osp.join(REPO, 'tools'))
+
+
+@pytest.fixture(scope='session')
+def toy_root(tmp_path_factory):
+    """A folder holding data/toy/{coco,ade} in the real file layouts (tools/make_toy_data.py)."""
+    from make_toy_data import make_dataset
+    root = tmp_path_factory.mktemp('toy')
+    make_dataset(str(root / 'data' / 'toy'), train=8, val=4, size=160, seed=0)
+    return root
+
+
+def run_tool(args, cwd, timeout=900, env=None, check=True):
+    """Run ``python tools/<script> ...`` (or torchrun) from ``cwd``; return stdout+stderr."""
+    full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
+                    OMP_NUM_THREADS='2', **(env or {}))
+    proc = subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+    output = proc.stdout + proc.stderr
+    if check and proc.returncode != 0:
+        raise AssertionError(f'{" ".join(map(str, args))} failed ({proc.returncode}):\n'
+                             f'{output[-6000:]}')
+    return output if check else (proc.returncode, output)
+
+
+def tool(name):
+    return [sys.executable, osp.join(REPO, 'tools', name)]
+
+
+def config(name):
+    return osp.join(REPO, 'configs', name)

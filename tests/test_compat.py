@@ -1,0 +1,93 @@
+"""mmengine 0.10.7 resume on torch >= 2.6 (weights_only=True), without opening the door."""
+import argparse
+import copy
+import pickle
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.model import BaseModel
+from mmengine.runner import Runner
+from torch.utils.data import Dataset
+
+import mmvit5  # noqa: F401  applies the allow-list
+from mmvit5.models import ViT5
+
+
+class TinyClassifier(BaseModel):
+    def __init__(self):
+        super().__init__()
+        self.backbone = ViT5(arch=dict(embed_dim=32, depth=2, num_heads=2), img_size=32,
+                             out_type='cls_token', drop_path_rate=0.1)
+        self.head = nn.Linear(32, 3)
+
+    def forward(self, inputs, labels, mode='loss'):
+        logits = self.head(self.backbone(torch.stack(inputs))[0])
+        return dict(loss=nn.functional.cross_entropy(logits, torch.stack(labels)))
+
+
+class Shapes(Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return dict(inputs=torch.randn(3, 32, 32, generator=g), labels=torch.tensor(i % 3))
+
+
+def runner(work_dir, max_iters, resume=False):
+    return Runner(
+        model=TinyClassifier(), work_dir=str(work_dir), resume=resume,
+        train_dataloader=dict(dataset=Shapes(), batch_size=4, num_workers=0,
+                              sampler=dict(type='DefaultSampler', shuffle=True)),
+        optim_wrapper=dict(optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05)),
+        param_scheduler=[dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
+                              end=4)],
+        train_cfg=dict(by_epoch=False, max_iters=max_iters, val_interval=1000),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=3),
+                           logger=dict(type='LoggerHook', interval=1)),
+        randomness=dict(seed=0, deterministic=True), cfg=dict(experiment_name=str(work_dir)))
+
+
+def test_resume_equals_uninterrupted_run(tmp_path):
+    full = runner(tmp_path / 'full', 6)
+    full.train()
+    first = runner(tmp_path / 'part', 3)
+    first.train()
+    assert (tmp_path / 'part' / 'iter_3.pth').is_file()
+    # weights_only=True is torch's default here: the mmengine checkpoint must load as is
+    torch.load(tmp_path / 'part' / 'iter_3.pth', weights_only=True)
+    resumed = runner(tmp_path / 'part', 6, resume=True)
+    resumed.train()
+    assert resumed.iter == 6
+    ours, ref = resumed.model.state_dict(), full.model.state_dict()
+    for key in ref:
+        assert torch.equal(ours[key], ref[key]), key
+    opt_ours = resumed.optim_wrapper.optimizer.state_dict()
+    opt_ref = full.optim_wrapper.optimizer.state_dict()
+    for index, state in opt_ref['state'].items():
+        for name, value in state.items():
+            assert torch.equal(torch.as_tensor(opt_ours['state'][index][name]),
+                               torch.as_tensor(value)), (index, name)
+    assert opt_ours['param_groups'][0]['lr'] == opt_ref['param_groups'][0]['lr']
+
+
+class Exploit:
+    """A pickle that asks for getattr on something other than mmengine's HistoryBuffer."""
+
+    def __reduce__(self):
+        return getattr, (argparse.Namespace, '__init__')
+
+
+def test_allow_list_does_not_allow_arbitrary_getattr(tmp_path):
+    path = tmp_path / 'exploit.pth'
+    torch.save({'x': Exploit()}, path)
+    with pytest.raises(pickle.UnpicklingError, match="only the statistics methods"):
+        torch.load(path, weights_only=True)
+
+
+def test_unlisted_globals_stay_blocked(tmp_path):
+    path = tmp_path / 'other.pth'
+    torch.save({'x': copy.copy}, path)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(path, weights_only=True)
