@@ -35,7 +35,7 @@ model = dict(
         out_channels=256,
         scale_factors=(4.0, 2.0, 1.0, 0.5),
         num_outs=5,
-        norm_cfg=dict(type='LN2d')),
+        norm_cfg=dict(type='LN2d', eps=1e-6)),
     rpn_head=dict(num_convs=2),
 )
 
@@ -53,7 +53,6 @@ train_pipeline = [
 test_pipeline = [
     dict(type='LoadImageFromFile', backend_args=backend_args),
     dict(type='Resize', scale=image_size, keep_ratio=True),
-    dict(type='Pad', size=image_size, pad_val=dict(img=(114, 114, 114))),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='PackDetInputs',
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
@@ -77,7 +76,7 @@ param_scheduler = [
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
-    constructor='LayerDecayOptimizerConstructor',
+    constructor='ViT5LayerDecayOptimizerConstructor',
     paramwise_cfg=dict(layer_decay_rate=0.7),
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1),
     clip_grad=None)

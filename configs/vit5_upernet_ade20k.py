@@ -37,7 +37,7 @@ train_dataloader = dict(batch_size=2)
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
-    constructor='LayerDecayOptimizerConstructor',
+    constructor='ViT5LayerDecayOptimizerConstructor',
     paramwise_cfg=dict(layer_decay_rate=0.65),
     optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05))
 param_scheduler = [

@@ -6,6 +6,7 @@ turning ``weights_only`` off, this allow-lists exactly the non-tensor types thos
 (and the released ViT-5 files) hold:
 
 - ``argparse.Namespace``: the ``args`` entry of DeiT-style release files;
+- numpy's RNG state (a uint32 array), which :class:`~mmvit5.engine.RNGStateHook` saves;
 - mmengine's ``HistoryBuffer`` with its numpy arrays and scalars (the ``message_hub`` entry);
 - the statistics methods in a ``HistoryBuffer``'s method table (``HistoryBuffer.min``,
   ``.mean``, ...), which pickle as ``getattr(HistoryBuffer, name)``. ``getattr`` itself is
@@ -35,7 +36,9 @@ def history_buffer_method(obj, name: str):
 def _numpy_globals() -> list:
     # numpy 2 pickles through numpy._core, numpy 1 through numpy.core
     core = getattr(np, '_core', None) or np.core
-    dtypes = [type(np.dtype(t)) for t in ('float64', 'float32', 'int64', 'int32', 'bool')]
+    # float/int/bool: HistoryBuffer values; uint32: numpy's RNG state (RNGStateHook)
+    dtypes = [type(np.dtype(t))
+              for t in ('float64', 'float32', 'int64', 'int32', 'uint32', 'bool')]
     return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype,
             *dtypes]
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import config, run_tool, tool
+from conftest import REPO, config, run_tool, tool
 
 MASKRCNN = 'toy/vit5-tiny_maskrcnn_shapes.py'
 UPERNET = 'toy/vit5-tiny_upernet_shapes.py'
@@ -38,9 +38,14 @@ def test_train_then_test(toy_root, tmp_path, cfg, keys):
     metrics = metrics_of(out)
     for key in keys:
         assert key in metrics and 0.0 <= metrics[key] <= 100.0, metrics
-    assert glob.glob(osp.join(show, '**', '*.png'), recursive=True) or \
-        glob.glob(osp.join(tmp_path, 't', '**', '*.png'), recursive=True) or \
-        glob.glob(osp.join(work, '**', '*.png'), recursive=True)
+    drawn = [f for f in glob.glob(osp.join(show, '**', '*.*'), recursive=True)
+             if f.endswith(('.png', '.jpg'))]
+    assert len(drawn) == 4, drawn  # one per validation image
+    image = sorted(glob.glob(osp.join(toy_root, 'data/toy/coco/val2017/*.jpg')))[0]
+    run_tool(tool('demo.py') + [config(cfg), str(ckpt), image, '--out-dir', str(tmp_path / 'demo'),
+                                '--score-thr', '0.0'], cwd=toy_root)
+    png = tmp_path / 'demo' / (osp.splitext(osp.basename(image))[0] + '.png')
+    assert png.is_file() and png.stat().st_size > 1000
 
 
 def test_config_without_custom_imports_is_refused(toy_root, tmp_path):
@@ -56,3 +61,20 @@ def test_missing_data_root_is_refused(tmp_path):
                          cwd=tmp_path, check=False)
     assert code != 0 and "data_root 'data/toy/coco/' does not exist" in out
     assert not (tmp_path / 'w').exists()
+
+
+@pytest.mark.parametrize('cp_impl', ['fairscale', 'torch'])
+def test_distributed_training_two_processes_with_checkpointing(toy_root, tmp_path, cp_impl):
+    """torchrun, 2 CPU processes (gloo), activation checkpointing under DDP."""
+    work = tmp_path / 'work'
+    port = str(29500 + (abs(hash(str(tmp_path))) % 2000))
+    out = run_tool(['bash', osp.join(REPO, 'tools', 'dist_train.sh'), config(MASKRCNN), '2',
+                    '--work-dir', str(work), '--cfg-options', 'env_cfg.dist_cfg.backend=gloo',
+                    'model.backbone.with_cp=True', f'model.backbone.cp_impl={cp_impl}',
+                    'train_cfg.max_iters=3', 'train_cfg.val_interval=3',
+                    'default_hooks.checkpoint.interval=3'],
+                   cwd=toy_root, env=dict(PORT=port, OMP_NUM_THREADS='1'))
+    assert 'Distributed launcher: pytorch' in out and 'World size: 2' in out
+    assert 'Expected to mark a variable ready only once' not in out
+    assert (work / 'iter_3.pth').is_file()
+    assert re.search(r'Iter\(val\).*bbox_mAP', out), out[-3000:]

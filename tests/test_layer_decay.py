@@ -1,9 +1,9 @@
-"""LayerDecayOptimizerConstructor through mmengine's build_optim_wrapper."""
+"""ViT5LayerDecayOptimizerConstructor through mmengine's build_optim_wrapper."""
 import pytest
 import torch.nn as nn
 from mmengine.optim import build_optim_wrapper
 
-from mmvit5.engine import LayerDecayOptimizerConstructor
+from mmvit5.engine import ViT5LayerDecayOptimizerConstructor
 from mmvit5.models import SimpleFeaturePyramid, ViT5
 
 
@@ -15,7 +15,7 @@ class Detector(nn.Module):
 
 
 def build(rate=0.5):
-    cfg = dict(type='OptimWrapper', constructor='LayerDecayOptimizerConstructor',
+    cfg = dict(type='OptimWrapper', constructor='ViT5LayerDecayOptimizerConstructor',
                optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.1),
                paramwise_cfg=dict(layer_decay_rate=rate))
     return build_optim_wrapper(Detector(), cfg)
@@ -51,7 +51,7 @@ def test_depths_rates_and_weight_decay():
 
 
 def test_layer_depth_rule():
-    depth = LayerDecayOptimizerConstructor.layer_depth
+    depth = ViT5LayerDecayOptimizerConstructor.layer_depth
     assert depth('backbone.blocks.11.attn.qkv.weight', 'backbone.', 12) == 12
     assert depth('backbone.pos_embed', 'backbone.', 12) == 0
     assert depth('decode_head.conv_seg.weight', 'backbone.', 12) == 13
@@ -62,5 +62,5 @@ def test_bad_rate_and_model():
         build(1.5)
     with pytest.raises(TypeError, match='needs a model with a ViT5 backbone'):
         build_optim_wrapper(nn.Linear(2, 2), dict(
-            type='OptimWrapper', constructor='LayerDecayOptimizerConstructor',
+            type='OptimWrapper', constructor='ViT5LayerDecayOptimizerConstructor',
             optimizer=dict(type='AdamW', lr=1.0), paramwise_cfg=dict(layer_decay_rate=0.7)))

@@ -5,6 +5,7 @@
 """
 import argparse
 import json
+import numbers
 import os
 import os.path as osp
 
@@ -58,7 +59,7 @@ def main():
     metrics = runner.test()
     if runner.rank == 0:
         print('[test] metrics ' + json.dumps({k: float(v) for k, v in metrics.items()
-                                               if isinstance(v, (int, float))}))
+                                               if isinstance(v, numbers.Real)}))
 
 
 if __name__ == '__main__':

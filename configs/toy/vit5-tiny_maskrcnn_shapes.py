@@ -12,7 +12,7 @@ channels = 64
 model = dict(
     data_preprocessor=dict(batch_augments=[
         dict(type='BatchFixedSizePad', size=image_size, pad_mask=True)]),
-    backbone=dict(arch=dict(embed_dim=96, depth=4, num_heads=3), img_size=64,
+    backbone=dict(arch=dict(_delete_=True, embed_dim=96, depth=4, num_heads=3), img_size=64,
                   drop_path_rate=0.0, init_cfg=None),
     neck=dict(in_channels=96, out_channels=channels),
     rpn_head=dict(in_channels=channels, feat_channels=channels,
@@ -38,7 +38,6 @@ train_pipeline = [
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=image_size, keep_ratio=True),
-    dict(type='Pad', size=image_size, pad_val=dict(img=(114, 114, 114))),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='PackDetInputs',
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
@@ -62,7 +61,7 @@ param_scheduler = [
          milestones=[int(max_iters * 0.9)], gamma=0.1),
 ]
 optim_wrapper = dict(optimizer=dict(lr=3e-4, weight_decay=0.05),
-                     clip_grad=dict(max_norm=1.0))
+                     clip_grad=dict(_delete_=True, max_norm=1.0))
 default_hooks = dict(logger=dict(interval=10),
                      checkpoint=dict(interval=max_iters, max_keep_ckpts=2))
 randomness = dict(seed=0)

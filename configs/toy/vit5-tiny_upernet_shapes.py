@@ -8,7 +8,7 @@ norm_cfg = dict(type='BN', requires_grad=True)  # SyncBN needs CUDA when distrib
 
 model = dict(
     data_preprocessor=dict(size=crop_size),
-    backbone=dict(arch=dict(embed_dim=96, depth=4, num_heads=3), img_size=64,
+    backbone=dict(arch=dict(_delete_=True, embed_dim=96, depth=4, num_heads=3), img_size=64,
                   out_indices=(0, 1, 2, 3), drop_path_rate=0.0, init_cfg=None),
     neck=dict(in_channels=[96] * 4, out_channels=96),
     decode_head=dict(in_channels=[96] * 4, channels=64, norm_cfg=norm_cfg),

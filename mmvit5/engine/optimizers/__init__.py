@@ -1,3 +1,3 @@
-from .layer_decay_constructor import LayerDecayOptimizerConstructor
+from .layer_decay_constructor import ViT5LayerDecayOptimizerConstructor
 
-__all__ = ['LayerDecayOptimizerConstructor']
+__all__ = ['ViT5LayerDecayOptimizerConstructor']

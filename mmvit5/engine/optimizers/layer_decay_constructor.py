@@ -1,5 +1,5 @@
 """Layer-wise learning-rate decay for ViT5 (BEiT / ViTDet recipe) as an mmengine constructor."""
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import torch.nn as nn
 from mmengine.logging import print_log
@@ -13,8 +13,11 @@ NO_DECAY_TOKENS = ('cls_token', 'reg_token', 'pos_embed')
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
-class LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
+class ViT5LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
     """AdamW-style parameter groups with layer-wise lr decay over a ViT5 backbone.
+
+    (mmseg's own ``LayerDecayOptimizerConstructor`` only knows ConvNeXt/BEiT/MAE parameter
+    names, and shadows any root-registry class of that name in mmseg configs.)
 
     Depth 0 is the patch embedding and the ``cls_token``/``reg_token``/``pos_embed``; block
     ``i`` is depth ``i + 1``; the final norm, necks and heads are depth ``num_layers + 1`` and
@@ -31,7 +34,7 @@ class LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
         >>> optim_wrapper = dict(
         ...     type='OptimWrapper',
         ...     optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.1),
-        ...     constructor='LayerDecayOptimizerConstructor',
+        ...     constructor='ViT5LayerDecayOptimizerConstructor',
         ...     paramwise_cfg=dict(layer_decay_rate=0.7))
     """
 
@@ -39,7 +42,7 @@ class LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
         prefix, backbone = self._find_backbone(module)
         unknown = set(self.paramwise_cfg) - {'layer_decay_rate', 'num_layers'}
         if unknown:
-            raise ValueError(f'LayerDecayOptimizerConstructor paramwise_cfg accepts '
+            raise ValueError(f'ViT5LayerDecayOptimizerConstructor paramwise_cfg accepts '
                              f'layer_decay_rate and num_layers, got {sorted(unknown)}')
         num_layers = self.paramwise_cfg.get('num_layers', backbone.depth)
         rate = float(self.paramwise_cfg.get('layer_decay_rate', 1.0))
@@ -79,12 +82,12 @@ class LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
         for name, sub in module.named_modules():
             if isinstance(sub, ViT5):
                 return (name + '.' if name else ''), sub
-        raise TypeError('LayerDecayOptimizerConstructor needs a model with a ViT5 backbone; '
+        raise TypeError('ViT5LayerDecayOptimizerConstructor needs a model with a ViT5 backbone; '
                         f'{type(module).__name__} has none. Use the default constructor.')
 
     @staticmethod
     def _log_groups(groups: dict) -> None:
-        lines = ['LayerDecayOptimizerConstructor parameter groups:',
+        lines = ['ViT5LayerDecayOptimizerConstructor parameter groups:',
                  f'{"depth":>5} {"lr scale":>9} {"wd":>7} {"tensors":>7} {"params":>10}  first']
         for (depth, _), group in sorted(groups.items()):
             count = sum(p.numel() for p in group['params'])

@@ -52,25 +52,29 @@ class Block(nn.Module):
         layer_scale_init_value (float): Initial value of ``gamma_1``/``gamma_2``.
         qk_norm (bool): QK-Norm in attention.
         fused_attn (bool): Use ``scaled_dot_product_attention``.
+        window_size (int): 0 for global attention, else windowed (see :class:`Attention`).
 
     Shape:
-        - x: (B, T, C); cos, sin: (T, C // num_heads). Output: (B, T, C).
+        - x: (B, T, C); cos, sin: (T, C // num_heads); grid: (rows, cols).
+        - Output: (B, T, C).
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0,
                  drop_path: float = 0.0, layer_scale_init_value: float = 1e-4,
-                 qk_norm: bool = True, fused_attn: bool = True) -> None:
+                 qk_norm: bool = True, fused_attn: bool = True, window_size: int = 0) -> None:
         super().__init__()
         self.norm1 = RMSNorm(dim)
-        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, fused=fused_attn)
+        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, fused=fused_attn,
+                              window_size=window_size)
         self.norm2 = RMSNorm(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         self.gamma_1 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
         self.gamma_2 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
         self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x), (cos, sin)))
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                grid: Tuple[int, int]) -> torch.Tensor:
+        x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x), (cos, sin), grid))
         return x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
 
 
@@ -133,6 +137,12 @@ class ViT5(BaseModule):
         layer_scale_init_value (float): LayerScale init. Defaults to 1e-4, as released.
         qk_norm (bool): Defaults to True.
         fused_attn (bool): ``F.scaled_dot_product_attention``. Defaults to True.
+        window_size (int): 0 (default) for global attention in every block; else ViTDet-style
+            windowed attention of this side (in patches, e.g. 14) in all blocks but
+            ``global_attn_indices``. Rule for prefix tokens: see :class:`Attention`.
+        global_attn_indices (Sequence[int], optional): Blocks that stay global when
+            ``window_size > 0``; default 4 evenly spaced, ending at the last block
+            (2, 5, 8, 11 for 12 blocks, as ViTDet).
         frozen_stages (int): -1 trains everything; 0 freezes patch embed, ``pos_embed``,
             ``cls_token`` and ``reg_token``; k > 0 also blocks ``0 .. k - 1`` (and the final
             norm once every block is frozen).
@@ -169,6 +179,8 @@ class ViT5(BaseModule):
                  layer_scale_init_value: float = 1e-4,
                  qk_norm: bool = True,
                  fused_attn: bool = True,
+                 window_size: int = 0,
+                 global_attn_indices: Optional[Sequence[int]] = None,
                  frozen_stages: int = -1,
                  with_cp: bool = False,
                  cp_impl: str = 'fairscale',
@@ -188,7 +200,7 @@ class ViT5(BaseModule):
         self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         self.pretrain_grid = (self.img_size[0] // patch_size, self.img_size[1] // patch_size)
         self.num_registers = num_registers
-        self.out_indices = self._normalize_out_indices(out_indices, depth)
+        self.out_indices = self._normalize_indices(out_indices, depth)
         self.out_type = out_type
         self.final_norm = final_norm
         self.rope_mode = rope_mode
@@ -210,9 +222,12 @@ class ViT5(BaseModule):
             rates = [drop_path_rate] * depth
         else:
             rates = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.window_size = window_size
+        self.global_attn_indices = self._global_blocks(window_size, global_attn_indices, depth)
         self.blocks = nn.ModuleList([
             Block(embed_dim, num_heads, self.arch_settings.get('mlp_ratio', 4.0), rates[i],
-                  layer_scale_init_value, qk_norm, fused_attn) for i in range(depth)
+                  layer_scale_init_value, qk_norm, fused_attn,
+                  0 if i in self.global_attn_indices else window_size) for i in range(depth)
         ])
         self.with_cp = with_cp
         self.cp_impl = cp_impl
@@ -258,17 +273,28 @@ class ViT5(BaseModule):
             raise ValueError(f'frozen_stages must be in [-1, {depth}], got {frozen_stages}')
 
     @staticmethod
-    def _normalize_out_indices(out_indices, depth: int) -> List[int]:
-        indices = [out_indices] if isinstance(out_indices, int) else list(out_indices)
+    def _normalize_indices(indices, depth: int, name: str = 'out_indices') -> List[int]:
+        indices = [indices] if isinstance(indices, int) else list(indices)
         if not indices:
-            raise ValueError('out_indices is empty; give at least one block index')
+            raise ValueError(f'{name} is empty; give at least one block index')
         normalized = []
         for index in indices:
             if not -depth <= index < depth:
-                raise ValueError(f'out_indices entry {index} is out of range for {depth} '
+                raise ValueError(f'{name} entry {index} is out of range for {depth} '
                                  f'blocks; use 0..{depth - 1} or -{depth}..-1')
             normalized.append(index % depth)
         return normalized
+
+    @classmethod
+    def _global_blocks(cls, window_size: int, indices: Optional[Sequence[int]],
+                       depth: int) -> List[int]:
+        if window_size < 0:
+            raise ValueError(f'window_size must be 0 (global) or positive, got {window_size}')
+        if not window_size:
+            return list(range(depth))
+        if indices is None:
+            return [depth * (i + 1) // 4 - 1 for i in range(4)]
+        return cls._normalize_indices(indices, depth, 'global_attn_indices') if indices else []
 
     def _wrap_checkpointing(self) -> None:
         # fairscale patches each block's forward in place: checkpoint keys stay unchanged
@@ -276,11 +302,13 @@ class ViT5(BaseModule):
         for block in self.blocks:
             checkpoint_wrapper(block)
 
-    def _run_block(self, block: Block, x: torch.Tensor, cos: torch.Tensor,
-                   sin: torch.Tensor) -> torch.Tensor:
-        if self.with_cp and self.cp_impl == 'torch' and self.training and torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(block, x, cos, sin, use_reentrant=False)
-        return block(x, cos, sin)
+    def _run_block(self, block: Block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   grid: Tuple[int, int]) -> torch.Tensor:
+        if self.with_cp and self.cp_impl == 'torch' and self.training and \
+                torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(block, x, cos, sin, grid,
+                                                     use_reentrant=False)
+        return block(x, cos, sin, grid)
 
     # ----------------------------------------------------------------- weights
     def init_weights(self) -> None:
@@ -372,14 +400,15 @@ class ViT5(BaseModule):
                 f'{registers} registers')
 
     # ----------------------------------------------------------------- forward
-    def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype,
-                   device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype, device: torch.device,
+                   num_registers: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """cos/sin (T, head_dim) for ``[cls, patches, registers]`` on ``grid``, cached."""
-        key = (grid, dtype, device, self.rope_mode)
+        num_registers = self.num_registers if num_registers is None else num_registers
+        key = (grid, dtype, device, self.rope_mode, num_registers)
         table = self._rope_cache.get(key)
         if table is None:
             with torch.no_grad():
-                angles = sequence_angles(self.rope, self.rope_reg, grid, self.num_registers,
+                angles = sequence_angles(self.rope, self.rope_reg, grid, num_registers,
                                          self.rope_mode).to(device)
                 table = (angles.cos().to(dtype), angles.sin().to(dtype))
             if len(self._rope_cache) >= 16:  # multi-scale training meets many grids
@@ -400,44 +429,52 @@ class ViT5(BaseModule):
             raise ValueError('ViT5 input contains NaN or inf (check_finite=True); check the '
                              'data pipeline / normalisation')
 
-    def tokens(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+    def tokens(self, x: torch.Tensor,
+               with_registers: bool = True) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """Embed images into the token sequence ``[cls, patches, registers]`` (B, T, C)."""
         self._check_input(x)
         x, grid = self.patch_embed(x)
         x = x + resize_pos_embed(self.pos_embed, self.pretrain_grid, grid)
         B = x.shape[0]
-        x = torch.cat((self.cls_token.expand(B, -1, -1), x,
-                       self.reg_token.expand(B, -1, -1)), dim=1)
-        return x, grid
+        registers = self.reg_token.expand(B, -1, -1) if with_registers else x[:, :0]
+        return torch.cat((self.cls_token.expand(B, -1, -1), x, registers), dim=1), grid
 
-    def forward_features(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def forward_features(self, x: torch.Tensor,
+                         with_registers: bool = True) -> Dict[str, torch.Tensor]:
         """All tokens after the final norm, split by role (for analysis and classification).
+
+        Args:
+            x (Tensor): (B, in_channels, H, W).
+            with_registers (bool): False runs the same weights without register tokens, to
+                see what the registers absorb (e.g. high-norm patch artefacts).
 
         Returns:
             dict: ``cls_token`` (B, C), ``patch_tokens`` (B, H * W, C), ``reg_tokens``
-            (B, R, C) and ``grid`` (H, W).
+            (B, R, C) (R = 0 without registers) and ``grid`` (H, W).
         """
-        x, grid = self.tokens(x)
-        cos, sin = self.rope_table(grid, self.pos_embed.dtype, x.device)
+        x, grid = self.tokens(x, with_registers)
+        cos, sin = self.rope_table(grid, self.pos_embed.dtype, x.device,
+                                   self.num_registers if with_registers else 0)
         for block in self.blocks:
-            x = self._run_block(block, x, cos, sin)
+            x = self._run_block(block, x, cos, sin, grid)
         x = self.norm(x)
         num_patches = grid[0] * grid[1]
         return dict(cls_token=x[:, 0], patch_tokens=x[:, 1:1 + num_patches],
                     reg_tokens=x[:, 1 + num_patches:], grid=grid)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry."""
+        """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry, in
+        that order; blocks after the last requested one are not run."""
         x, grid = self.tokens(x)
         cos, sin = self.rope_table(grid, self.pos_embed.dtype, x.device)
-        outs = []
-        for i, block in enumerate(self.blocks):
-            x = self._run_block(block, x, cos, sin)
+        outs = {}
+        for i, block in enumerate(self.blocks[:max(self.out_indices) + 1]):
+            x = self._run_block(block, x, cos, sin, grid)
             if i == self.depth - 1:
                 x = self.norm(x)
             if i in self.out_indices:
-                outs.append(self._format_output(x, grid))
-        return tuple(outs)
+                outs[i] = self._format_output(x, grid)
+        return tuple(outs[i] for i in self.out_indices)
 
     def _format_output(self, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
         if self.out_type == 'raw':

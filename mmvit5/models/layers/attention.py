@@ -1,5 +1,5 @@
-"""Multi-head self-attention of ViT-5: bias-free QKV, QK-Norm, 2D RoPE, fused SDPA."""
-from typing import Tuple
+"""Multi-head self-attention of ViT-5: bias-free QKV, QK-Norm, 2D RoPE, fused SDPA, windows."""
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -9,11 +9,56 @@ from .norm import RMSNorm
 from .rope import apply_rope
 
 
+def to_windows(x: torch.Tensor, grid: Tuple[int, int], window_size: int) -> torch.Tensor:
+    """(B, H, rows * cols, D) patch tokens -> (B * num_windows, H, window_size ** 2, D).
+
+    The grid is zero-padded at the bottom/right to a multiple of ``window_size``.
+    """
+    B, heads, _, dim = x.shape
+    rows, cols = grid
+    x = x.view(B, heads, rows, cols, dim)
+    pad_r, pad_c = -rows % window_size, -cols % window_size
+    if pad_r or pad_c:
+        x = F.pad(x, (0, 0, 0, pad_c, 0, pad_r))
+    nr, nc = (rows + pad_r) // window_size, (cols + pad_c) // window_size
+    x = x.view(B, heads, nr, window_size, nc, window_size, dim)
+    return x.permute(0, 2, 4, 1, 3, 5, 6).reshape(B * nr * nc, heads, window_size**2, dim)
+
+
+def from_windows(x: torch.Tensor, grid: Tuple[int, int], window_size: int) -> torch.Tensor:
+    """Inverse of :func:`to_windows`: back to (B, H, rows * cols, D), padding dropped."""
+    rows, cols = grid
+    nr, nc = -(-rows // window_size), -(-cols // window_size)
+    _, heads, _, dim = x.shape
+    x = x.view(-1, nr, nc, heads, window_size, window_size, dim)
+    x = x.permute(0, 3, 1, 4, 2, 5, 6).reshape(-1, heads, nr * window_size, nc * window_size,
+                                               dim)
+    return x[:, :, :rows, :cols].reshape(-1, heads, rows * cols, dim)
+
+
+def window_key_mask(grid: Tuple[int, int], window_size: int, num_prefix: int,
+                    device: torch.device) -> torch.Tensor:
+    """(num_windows, 1, 1, num_prefix + window_size ** 2) bool: which keys a window may see.
+
+    Prefix tokens always; window cells only where they are inside the image (not padding).
+    """
+    valid = torch.ones(1, 1, *grid, device=device)
+    windows = to_windows(valid.flatten(2)[..., None], grid, window_size)[..., 0] > 0
+    prefix = windows.new_ones(windows.shape[0], 1, num_prefix)
+    return torch.cat((prefix, windows), dim=-1)[:, :, None, :]
+
+
 class Attention(nn.Module):
-    """ViT-5 attention.
+    """ViT-5 attention, global or windowed.
 
     ``qkv`` has no bias (the one bias ViT-5 removes); q and k are RMS-normalised over the
     head dimension *before* RoPE; ``proj`` keeps its bias.
+
+    Windowed blocks (ViTDet style, ``window_size > 0``) rotate q and k with their global image
+    coordinates first, so windowed and global blocks agree on positions. The rule for the
+    class token and registers (the *prefix* tokens): patch tokens attend to the tokens of their
+    own window plus all prefix tokens; prefix tokens attend to every token. Padding cells of
+    the window grid are masked out as keys.
 
     Args:
         dim (int): Token width C.
@@ -21,33 +66,65 @@ class Attention(nn.Module):
         qk_norm (bool): QK-Norm. Defaults to True.
         fused (bool): Use ``F.scaled_dot_product_attention``; False computes the explicit
             softmax formula (same function, kept to check the fused path). Defaults to True.
+        window_size (int): 0 for global attention, else the window side in patches.
 
     Shape:
-        - x: (B, T, C); rope: (cos, sin), each (T, C // num_heads)
+        - x: (B, T, C) with T = 1 + rows * cols + R; rope: (cos, sin), each (T, C // heads);
+          grid: (rows, cols)
         - output: (B, T, C)
     """
 
-    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True,
-                 fused: bool = True) -> None:
+    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, fused: bool = True,
+                 window_size: int = 0) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5
         self.fused = fused
+        self.window_size = window_size
         self.qkv = nn.Linear(dim, dim * 3, bias=False)
         self.q_norm = RMSNorm(self.head_dim) if qk_norm else nn.Identity()
         self.k_norm = RMSNorm(self.head_dim) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, rope: Tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d)) v, with ``mask`` (True = may attend) broadcast over q."""
+        if self.fused:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        attn = (q * self.scale) @ k.transpose(-2, -1)
+        if mask is not None:
+            attn = attn.masked_fill(~mask, float('-inf'))
+        return attn.softmax(dim=-1) @ v
+
+    def forward(self, x: torch.Tensor, rope: Tuple[torch.Tensor, torch.Tensor],
+                grid: Tuple[int, int]) -> torch.Tensor:
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         q = apply_rope(self.q_norm(q), *rope)
         k = apply_rope(self.k_norm(k), *rope)
-        if self.fused:
-            x = F.scaled_dot_product_attention(q, k, v)
+        if self.window_size:
+            x = self.windowed(q, k, v, grid)
         else:
-            attn = (q * self.scale) @ k.transpose(-2, -1)
-            x = attn.softmax(dim=-1) @ v
+            x = self.attend(q, k, v)
         return self.proj(x.transpose(1, 2).reshape(B, T, C))
+
+    def windowed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 grid: Tuple[int, int]) -> torch.Tensor:
+        num_patches = grid[0] * grid[1]
+        ws = self.window_size
+
+        def split(t):  # [cls, patches, registers] -> prefix (cls + registers), patches
+            return torch.cat((t[:, :, :1], t[:, :, 1 + num_patches:]), 2), \
+                t[:, :, 1:1 + num_patches]
+
+        (qp, qx), (kp, kx), (vp, vx) = split(q), split(k), split(v)
+        prefix_out = self.attend(qp, k, v)
+        qw, kw, vw = (to_windows(t, grid, ws) for t in (qx, kx, vx))
+        num_windows = qw.shape[0] // q.shape[0]
+        kw = torch.cat((kp.repeat_interleave(num_windows, 0), kw), 2)
+        vw = torch.cat((vp.repeat_interleave(num_windows, 0), vw), 2)
+        mask = window_key_mask(grid, ws, kp.shape[2], q.device).repeat(q.shape[0], 1, 1, 1)
+        patch_out = from_windows(self.attend(qw, kw, vw, mask), grid, ws)
+        return torch.cat((prefix_out[:, :, :1], patch_out, prefix_out[:, :, 1:]), 2)

@@ -89,5 +89,5 @@ def sequence_angles(patch_rope: RotaryEmbedding2D, reg_rope: RotaryEmbedding2D,
     side = int(round(num_registers**0.5))
     cls = patch_rope.freqs.new_zeros(1, patch_rope.head_dim)
     patches = patch_rope.angles(grid[0], grid[1], mode)
-    registers = reg_rope.angles(side, side, 'extrapolate')[:num_registers]
+    registers = reg_rope.angles(side, side, 'extrapolate')
     return torch.cat((cls, patches, registers), dim=0)

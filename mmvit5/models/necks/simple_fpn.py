@@ -29,7 +29,7 @@ class SimpleFeaturePyramid(BaseModule):
         out_channels (int): Channels of every output level.
         scale_factors (Sequence[float]): Subset of (4, 2, 1, 0.5), largest first.
         num_outs (int): Output levels; at least ``len(scale_factors)``.
-        norm_cfg (dict): Norm after each conv. Defaults to ``dict(type='LN2d')``.
+        norm_cfg (dict): Norm after each conv. Defaults to ``dict(type='LN2d', eps=1e-6)``.
         init_cfg (dict, optional): mmengine init config.
 
     Shape:
@@ -42,7 +42,7 @@ class SimpleFeaturePyramid(BaseModule):
                  out_channels: int = 256,
                  scale_factors: Sequence[float] = (4.0, 2.0, 1.0, 0.5),
                  num_outs: int = 5,
-                 norm_cfg: dict = dict(type='LN2d'),
+                 norm_cfg: dict = dict(type='LN2d', eps=1e-6),
                  init_cfg=None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.scale_factors = tuple(float(s) for s in scale_factors)

@@ -1,0 +1,3 @@
+from .rng_state_hook import RNGStateHook
+
+__all__ = ['RNGStateHook']

@@ -1,0 +1,27 @@
+"""Smoke test of tools/benchmark.py: the --quick preset runs end to end and reports."""
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_quick_benchmark_reports_rows_table_and_plot(tmp_path):
+    rows_path, plot_path = tmp_path / 'rows.json', tmp_path / 'b.png'
+    result = subprocess.run(
+        [sys.executable, 'tools/benchmark.py', '--quick', '--peers', 'none', '--json',
+         str(rows_path), '--plot', str(plot_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    rows = json.loads(rows_path.read_text())['rows']
+    forward = [r for r in rows if r['model'] == 'vit5-s' and r['mode'] == 'forward']
+    assert forward, f'no vit5-s forward row in {rows}'
+    assert forward[0]['status'] == 'ok', forward[0]['note']
+    assert forward[0]['img_s'] > 0
+    assert forward[0]['gflops'] > 0
+
+    assert plot_path.is_file() and plot_path.stat().st_size > 0
+    assert '| model | input | mode | batch | img/s |' in result.stdout
+    assert '|---|' in result.stdout

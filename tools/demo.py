@@ -1,0 +1,55 @@
+"""Run a trained detector or segmentor on images and write visualizations as PNG.
+
+    python tools/demo.py CONFIG CHECKPOINT IMAGE [IMAGE ...] --out-dir vis [--score-thr 0.3]
+
+mmdet configs go through mmdet's ``DetInferencer`` (boxes and masks drawn), mmseg configs
+through ``MMSegInferencer`` (class overlay); the scope comes from the config.
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+import cv2
+from mmengine.config import Config
+
+
+def build_inferencer(config: str, checkpoint: str, device: str):
+    cfg = Config.fromfile(config)
+    if cfg.get('default_scope') == 'mmdet':
+        from mmdet.apis import DetInferencer
+        return DetInferencer(model=cfg, weights=checkpoint, device=device, show_progress=False)
+    if cfg.get('default_scope') == 'mmseg':
+        from mmseg.apis import MMSegInferencer
+        return MMSegInferencer(model=cfg, weights=checkpoint, device=device)
+    raise ValueError(f'{config}: default_scope {cfg.get("default_scope")!r} is neither mmdet '
+                     'nor mmseg')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('config')
+    parser.add_argument('checkpoint')
+    parser.add_argument('images', nargs='+')
+    parser.add_argument('--out-dir', default='vis')
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--score-thr', type=float, default=0.3,
+                        help='detections below this score are not drawn')
+    args = parser.parse_args()
+    for path in [args.checkpoint, *args.images]:
+        if not osp.isfile(path):
+            parser.error(f'{path} does not exist')
+    inferencer = build_inferencer(args.config, args.checkpoint, args.device)
+    os.makedirs(args.out_dir, exist_ok=True)
+    kwargs = dict(pred_score_thr=args.score_thr) if 'Det' in type(inferencer).__name__ else {}
+    for i, image in enumerate(args.images):
+        vis = inferencer(image, return_vis=True, **kwargs)['visualization']
+        # DetInferencer returns a list per input; MMSegInferencer the array of a single input
+        vis = vis[0] if isinstance(vis, list) else vis
+        out = osp.join(args.out_dir, osp.splitext(osp.basename(image))[0] + '.png')
+        cv2.imwrite(out, vis[..., ::-1])  # RGB -> BGR for cv2
+        print(f'[demo] {i + 1}/{len(args.images)} {image} -> {out}', file=sys.stderr)
+
+
+if __name__ == '__main__':
+    main()
