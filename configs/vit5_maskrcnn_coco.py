@@ -9,6 +9,8 @@ _base_ = [
     './_base_/vit5_pretrained.py',
 ]
 custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
+# exact resume: the RNG states (drop path, proposal sampling) travel with the checkpoints
+custom_hooks = [dict(type='RNGStateHook')]
 
 image_size = (1024, 1024)
 arch = 'base'

@@ -2,7 +2,8 @@
 
 Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers the backbone,
 neck and optimizer constructor in MMEngine's registries, which mmdet, mmseg and mmpretrain
-inherit from, and makes mmengine's own checkpoints loadable under ``weights_only=True``.
+inherit from, makes mmengine's own checkpoints loadable under ``weights_only=True`` and
+lets mmengine's distributed launcher run on CPU-only machines (gloo).
 """
 from . import compat
 from .models import *  # noqa: F401,F403
@@ -10,3 +11,4 @@ from .engine import *  # noqa: F401,F403
 from .version import __version__
 
 compat.allow_mmengine_checkpoints()
+compat.allow_cpu_distributed()

@@ -1,4 +1,4 @@
-"""What the pinned OpenMMLab stack (mmengine 0.10.7) needs on a modern torch.
+"""What the pinned OpenMMLab stack (mmengine 0.10.7) needs on a modern torch and on CPUs.
 
 torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine's ``torch.load`` calls
 pass nothing else, so resuming fails on the checkpoints mmengine itself wrote. Rather than
@@ -51,3 +51,36 @@ def allow_mmengine_checkpoints() -> None:
         (history_buffer_method, 'builtins.getattr'),
         *_numpy_globals(),
     ])
+
+
+def allow_cpu_distributed() -> None:
+    """Let mmengine's ``pytorch`` launcher run on machines without CUDA (gloo backend).
+
+    mmengine 0.10.7 calls ``torch.cuda.set_device`` unconditionally when initialising the
+    process group and passes ``device_ids=[LOCAL_RANK]`` to DDP, which PyTorch rejects for a
+    CPU module. Both are skipped only when no CUDA device exists; GPU runs are unchanged.
+    """
+    from mmengine.dist import utils as dist_utils
+    from mmengine.model.wrappers import MMDistributedDataParallel
+    if getattr(dist_utils._init_dist_pytorch, '_mmvit5', False):
+        return
+    init_on_cuda = dist_utils._init_dist_pytorch
+    ddp_init = MMDistributedDataParallel.__init__
+
+    def init_dist_pytorch(backend='nccl', init_backend='torch', **kwargs):
+        if torch.cuda.is_available():
+            return init_on_cuda(backend, init_backend=init_backend, **kwargs)
+        if backend == 'nccl':
+            raise RuntimeError("NCCL needs CUDA and this machine has none: set "
+                               "env_cfg.dist_cfg.backend='gloo' (--cfg-options "
+                               'env_cfg.dist_cfg.backend=gloo) to train on CPUs')
+        torch.distributed.init_process_group(backend=backend, **kwargs)
+
+    def ddp_init_cpu_aware(self, module, detect_anomalous_params=False, **kwargs):
+        if kwargs.get('device_ids') and all(p.device.type == 'cpu' for p in module.parameters()):
+            kwargs['device_ids'] = None
+        ddp_init(self, module, detect_anomalous_params, **kwargs)
+
+    init_dist_pytorch._mmvit5 = True
+    dist_utils._init_dist_pytorch = init_dist_pytorch
+    MMDistributedDataParallel.__init__ = ddp_init_cpu_aware

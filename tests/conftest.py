@@ -20,8 +20,9 @@ def toy_root(tmp_path_factory):
 
 def run_tool(args, cwd, timeout=900, env=None, check=True):
     """Run ``python tools/<script> ...`` (or torchrun) from ``cwd``; return stdout+stderr."""
-    full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''),
-                    OMP_NUM_THREADS='2', **(env or {}))
+    full_env = dict(os.environ, OMP_NUM_THREADS='2',
+                    PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    full_env.update(env or {})
     proc = subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
     output = proc.stdout + proc.stderr

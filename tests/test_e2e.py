@@ -74,7 +74,7 @@ def test_distributed_training_two_processes_with_checkpointing(toy_root, tmp_pat
                     'train_cfg.max_iters=3', 'train_cfg.val_interval=3',
                     'default_hooks.checkpoint.interval=3'],
                    cwd=toy_root, env=dict(PORT=port, OMP_NUM_THREADS='1'))
-    assert 'Distributed launcher: pytorch' in out and 'World size: 2' in out
+    assert 'Distributed training: True' in out and 'GPU number: 2' in out  # = world size
     assert 'Expected to mark a variable ready only once' not in out
     assert (work / 'iter_3.pth').is_file()
     assert re.search(r'Iter\(val\).*bbox_mAP', out), out[-3000:]

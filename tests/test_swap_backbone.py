@@ -17,13 +17,26 @@ import mmvit5  # noqa: F401
 TINY = dict(embed_dim=64, depth=2, num_heads=2)
 
 
+def upstream(name, tmp_path):
+    """An unmodified upstream config, inherited as a user's config file would."""
+    path = tmp_path / 'user_config.py'
+    path.write_text(f"_base_ = ['{name}']\ncustom_imports = dict(imports=['mmvit5'])\n")
+    return Config.fromfile(str(path))
+
+
 def swap(cfg, out_indices, neck):
-    """What a user writes: replace backbone, neck and optimizer, keep everything else."""
+    """What a user writes: replace backbone, neck and optimizer, keep everything else.
+
+    (``_delete_`` only where the upstream config has the entry: mmseg's UperNet has no neck.)
+    """
+    neck = dict(type='SimpleFeaturePyramid', **neck)
+    if cfg.model.get('neck'):
+        neck['_delete_'] = True
     cfg.merge_from_dict(dict(
         model=dict(
             backbone=dict(_delete_=True, type='ViT5', arch=TINY, img_size=64,
                           out_indices=out_indices, drop_path_rate=0.1),
-            neck=dict(_delete_=True, type='SimpleFeaturePyramid', **neck)),
+            neck=neck),
         optim_wrapper=dict(_delete_=True, type='OptimWrapper',
                            constructor='ViT5LayerDecayOptimizerConstructor',
                            paramwise_cfg=dict(layer_decay_rate=0.7),
@@ -49,8 +62,8 @@ def train_step(cfg, dataset_cfg, scope):
 
 @pytest.mark.parametrize('name', ['mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
                                   'cascade_rcnn/cascade-mask-rcnn_r50_fpn_1x_coco.py'])
-def test_mmdet_configs(toy_root, name):
-    cfg = swap(Config.fromfile(f'mmdet::{name}'), (-1, ),
+def test_mmdet_configs(toy_root, tmp_path, name):
+    cfg = swap(upstream(f'mmdet::{name}', tmp_path), (-1, ),
                dict(in_channels=64, out_channels=256, num_outs=5))
     data = cfg.train_dataloader.dataset
     data.update(data_root=osp.join(toy_root, 'data/toy/coco/'),
@@ -61,8 +74,8 @@ def test_mmdet_configs(toy_root, name):
 
 @pytest.mark.parametrize('name', ['upernet/upernet_r50_4xb4-160k_ade20k-512x512.py',
                                   'deeplabv3plus/deeplabv3plus_r50-d8_4xb4-160k_ade20k-512x512.py'])
-def test_mmseg_configs(toy_root, name):
-    cfg = Config.fromfile(f'mmseg::{name}')
+def test_mmseg_configs(toy_root, tmp_path, name):
+    cfg = upstream(f'mmseg::{name}', tmp_path)
     head = cfg.model.decode_head
     if head.type == 'UPerHead':
         cfg = swap(cfg, (0, 1, 1, 1), dict(in_channels=[64] * 4, out_channels=64, num_outs=4))

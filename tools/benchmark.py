@@ -598,6 +598,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--compile', action='store_true', help='add torch.compile ViT5 rows')
     parser.add_argument('--with-cp', action='store_true',
                         help='add ViT5 train rows with activation checkpointing')
+    parser.add_argument('--window', type=int, default=0,
+                        help='add ViT5 rows with windowed attention of this size (ViTDet: 14; '
+                        '4 global blocks)')
     parser.add_argument('--full-model', action='store_true',
                         help='add train step and inference of full detector/segmentor configs')
     parser.add_argument('--full-configs', default=DEFAULT_FULL_CONFIGS,
@@ -644,6 +647,10 @@ def run(args: argparse.Namespace, setup: Setup) -> List[Row]:
                 rows.append(checkpointed_row(name, size, x, new[1], flops, setup))
             del model, x
             free_memory(setup.device)
+            if args.window:
+                rows += bench_backbone(f'{name} win{args.window}', lambda: build_vit5(
+                    name, size, window_size=args.window), size, setup)[0]
+                free_memory(setup.device)
         for peer in (p for p in peers if not missing[p]):
             rows += bench_backbone(peer, lambda: PEERS[peer][1](size), size, setup)[0]
             free_memory(setup.device)

@@ -1,0 +1,57 @@
+"""The shipped COCO / ADE20K / ImageNet configs: they build, and say so when weights are missing."""
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import DefaultScope, init_default_scope
+
+from conftest import config
+from mmvit5.utils import check_config
+
+CONFIGS = {
+    'vit5-s_maskrcnn_coco.py': ('small', 'mmdet'), 'vit5_maskrcnn_coco.py': ('base', 'mmdet'),
+    'vit5-l_maskrcnn_coco.py': ('large', 'mmdet'), 'vit5-s_upernet_ade20k.py': ('small', 'mmseg'),
+    'vit5_upernet_ade20k.py': ('base', 'mmseg'), 'vit5-l_upernet_ade20k.py': ('large', 'mmseg'),
+}
+
+
+def build(cfg, scope):
+    init_default_scope(scope)
+    registry = __import__(f'{scope}.registry', fromlist=['MODELS'])
+    with DefaultScope.overwrite_default_scope(scope):
+        return registry.MODELS.build(cfg.model)
+
+
+@pytest.mark.parametrize('name', sorted(CONFIGS))
+def test_config_builds_with_matching_widths(name):
+    arch, scope = CONFIGS[name]
+    cfg = Config.fromfile(config(name))
+    assert cfg.default_scope == scope and cfg.custom_imports.imports == ['mmvit5']
+    assert cfg.model.backbone.img_size == 224
+    assert cfg.model.backbone.init_cfg.checkpoint == f'checkpoints/vit5_{arch}_patch16_224.pth'
+    assert cfg.optim_wrapper.constructor == 'ViT5LayerDecayOptimizerConstructor'
+    model = build(cfg, scope)
+    assert model.backbone.arch_settings == model.backbone.arch_zoo[arch]
+    if scope == 'mmseg':
+        x = torch.randn(1, 3, 64, 96)
+        with torch.no_grad():
+            feats = model.neck(model.backbone(x))
+            assert [f.shape[1] for f in feats] == cfg.model.decode_head.in_channels
+    with pytest.raises(FileNotFoundError, match=r"data_root '(data/coco/|data/ade/ADEChal)"):
+        check_config(cfg, name)  # this checkout has no COCO / ADE20K
+
+
+def test_maskrcnn_base_forward_at_detection_shapes():
+    cfg = Config.fromfile(config('vit5_maskrcnn_coco.py'))
+    cfg.model.backbone.init_cfg = None
+    model = build(cfg, 'mmdet').eval()
+    with torch.no_grad():
+        feats = model.extract_feat(torch.randn(1, 3, 256, 320))
+    assert [tuple(f.shape) for f in feats] == [(1, 256, 64, 80), (1, 256, 32, 40),
+                                               (1, 256, 16, 20), (1, 256, 8, 10), (1, 256, 4, 5)]
+
+
+def test_missing_pretrained_file_names_the_path():
+    cfg = Config.fromfile(config('vit5-s_upernet_ade20k.py'))
+    model = build(cfg, 'mmseg')
+    with pytest.raises(FileNotFoundError, match='checkpoints/vit5_small_patch16_224.pth'):
+        model.init_weights()
