@@ -6,9 +6,11 @@ inherit from, makes mmengine's own checkpoints loadable under ``weights_only=Tru
 lets mmengine's distributed launcher run on CPU-only machines (gloo).
 """
 from . import compat
-from .models import *  # noqa: F401,F403
 from .engine import *  # noqa: F401,F403
+from .models import *  # noqa: F401,F403
 from .version import __version__
 
 compat.allow_mmengine_checkpoints()
 compat.allow_cpu_distributed()
+
+__all__ = ['__version__']

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from mmengine.logging import HistoryBuffer
 
-
 # HistoryBuffer registers these on first use (``_set_default_statistics``)
 STATISTICS_METHODS = ('min', 'max', 'current', 'mean')
 

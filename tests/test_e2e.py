@@ -78,3 +78,19 @@ def test_distributed_training_two_processes_with_checkpointing(toy_root, tmp_pat
     assert 'Expected to mark a variable ready only once' not in out
     assert (work / 'iter_3.pth').is_file()
     assert re.search(r'Iter\(val\).*bbox_mAP', out), out[-3000:]
+
+
+def test_amp_training_stays_finite(toy_root, tmp_path):
+    """--amp: bf16 autocast on this CPU machine (AmpOptimWrapper needs CUDA)."""
+    work = tmp_path / 'amp'
+    iters = 200
+    out = run_tool(tool('train.py') + [config(UPERNET), '--amp', '--work-dir', str(work),
+                                       '--cfg-options', f'train_cfg.max_iters={iters}',
+                                       f'train_cfg.val_interval={iters}',
+                                       f'default_hooks.checkpoint.interval={iters}',
+                                       f'param_scheduler.1.end={iters}'], cwd=toy_root)
+    assert "type='AutocastOptimWrapper'" in out or 'AutocastOptimWrapper' in out
+    losses = [float(v) for v in re.findall(r'\bloss: ([0-9.eE+-]+|nan|inf)', out)]
+    assert len(losses) >= iters // 10 and all(map(lambda v: v == v and v < 1e4, losses))
+    assert losses[-1] < losses[0]  # it learns under autocast
+    assert re.search(r'Iter\(val\).*mIoU: [0-9]', out)

@@ -279,3 +279,17 @@ def test_bad_inputs(images, message):
     model = build(check_finite=True)
     with pytest.raises(ValueError, match=message):
         model(images)
+
+
+def test_images_of_different_sizes_need_padding():
+    with pytest.raises(TypeError, match='pad images of different sizes'):
+        build()([torch.randn(3, 64, 64), torch.randn(3, 48, 64)])
+
+
+def test_torch_compile_matches_eager(released):
+    _, path = released
+    model = build(path, window_size=2)  # windowed and global blocks both compile
+    x = torch.randn(1, 3, 80, 96)
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        assert rel_err(compiled(x)[0], model(x)[0]) < 1e-5

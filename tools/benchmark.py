@@ -466,8 +466,6 @@ def full_model_rows(config_path: str, size: int, batch: int, setup: Setup) -> Li
         model.train(training)
         rows.append(measure(Row(name, label, mode, batch, note=note), step, model,
                             [batches['train' if training else 'test']['inputs']], setup))
-    del model
-    free_memory(setup.device)
     return rows
 
 

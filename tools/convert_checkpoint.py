@@ -16,8 +16,13 @@ import time
 
 import torch
 
-from mmvit5.checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
-                               resize_pos_embed, square_grid)
+from mmvit5.checkpoint import (
+    CheckpointError,
+    extract_state_dict,
+    read_checkpoint,
+    resize_pos_embed,
+    square_grid,
+)
 
 
 def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,

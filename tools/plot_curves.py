@@ -35,7 +35,9 @@ def curves(records: List[dict]) -> Dict[str, List[Tuple[int, float]]]:
         last_iter = record.get('iter', record.get('step', last_iter))
         for key in ('loss', *METRICS):
             if key in record:
-                series.setdefault(key, []).append((last_iter, float(record[key])))
+                # COCO mAP is a fraction, mmseg's mIoU a percentage: plot both in percent
+                scale = 100.0 if key.startswith('coco/') else 1.0
+                series.setdefault(key, []).append((last_iter, scale * float(record[key])))
     return series
 
 
@@ -54,7 +56,7 @@ def main() -> None:
             ax.plot(xs, ys, marker='' if key == 'loss' else 'o', label=f'{name} {key}')
         print(f'[plot_curves] {name}: {len(records)} records from {source}')
     ax_loss.set(xlabel='iteration', ylabel='training loss', title='loss')
-    ax_metric.set(xlabel='iteration', ylabel='metric', title='validation')
+    ax_metric.set(xlabel='iteration', ylabel='mAP / mIoU (%)', title='validation')
     for ax in (ax_loss, ax_metric):
         if ax.lines:
             ax.legend(fontsize=8)

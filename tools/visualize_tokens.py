@@ -10,6 +10,7 @@ the norms of the class and register tokens. Without ``--checkpoint`` the weights
 (useful only to check the tool).
 """
 import argparse
+import ast
 import sys
 
 import cv2
@@ -47,13 +48,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('image')
     parser.add_argument('--checkpoint', help='released or mmengine ViT-5 checkpoint')
-    parser.add_argument('--arch', default='base')
+    parser.add_argument('--arch', default='base',
+                        help="preset name, or a dict such as \"{'embed_dim': 64, 'depth': 2, "
+                        "'num_heads': 2}\"")
     parser.add_argument('--img-size', type=int, default=224, help='pretraining size')
     parser.add_argument('--size', type=int, default=448, help='input side for the maps')
     parser.add_argument('--out', default='tokens.png')
     args = parser.parse_args()
     init_cfg = dict(type='Pretrained', checkpoint=args.checkpoint) if args.checkpoint else None
-    model = ViT5(arch=args.arch, img_size=args.img_size, init_cfg=init_cfg)
+    arch = ast.literal_eval(args.arch) if args.arch.startswith('{') else args.arch
+    model = ViT5(arch=arch, img_size=args.img_size, init_cfg=init_cfg)
     print('[visualize_tokens] loading weights' if init_cfg else
           '[visualize_tokens] no --checkpoint: random weights', file=sys.stderr)
     model.init_weights()

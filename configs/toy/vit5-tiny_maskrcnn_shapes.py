@@ -60,7 +60,9 @@ param_scheduler = [
     dict(type='MultiStepLR', begin=0, end=max_iters, by_epoch=False,
          milestones=[int(max_iters * 0.9)], gamma=0.1),
 ]
-optim_wrapper = dict(optimizer=dict(lr=3e-4, weight_decay=0.05),
+# trained from scratch: no pretrained early layers to protect, so no layer decay
+optim_wrapper = dict(optimizer=dict(lr=1e-3, weight_decay=0.05),
+                     paramwise_cfg=dict(layer_decay_rate=1.0),
                      clip_grad=dict(_delete_=True, max_norm=1.0))
 default_hooks = dict(logger=dict(interval=10),
                      checkpoint=dict(interval=max_iters, max_keep_ckpts=2))

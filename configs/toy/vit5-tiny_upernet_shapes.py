@@ -43,7 +43,10 @@ param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=20),
     dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=20, end=max_iters),
 ]
-optim_wrapper = dict(optimizer=dict(lr=6e-4, weight_decay=0.05))
+# trained from scratch: no pretrained early layers to protect, so no layer decay
+optim_wrapper = dict(optimizer=dict(lr=1e-3, weight_decay=0.05),
+                     paramwise_cfg=dict(layer_decay_rate=1.0),
+                     clip_grad=dict(max_norm=1.0))
 default_hooks = dict(logger=dict(interval=10),
                      checkpoint=dict(interval=max_iters, max_keep_ckpts=2),
                      visualization=dict(type='SegVisualizationHook', draw=False))

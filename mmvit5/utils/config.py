@@ -1,11 +1,40 @@
-"""Config loading shared by tools/train.py and tools/test.py (mmdet and mmseg alike)."""
+"""Config loading and runner set-up shared by tools/train.py and tools/test.py."""
+import argparse
 import os
 import os.path as osp
 from typing import Optional
 
-from mmengine.config import Config
+import torch
+from mmengine.config import Config, DictAction
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
 
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
+
+
+def add_runner_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options tools/train.py and tools/test.py share with mmdet's and mmseg's tools."""
+    parser.add_argument('--work-dir', help='where logs (and checkpoints) go')
+    parser.add_argument('--amp', action='store_true', help='mixed precision')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries, e.g. train_cfg.max_iters=100')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher (pytorch for torchrun)')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """The config that the options of :func:`add_runner_args` describe."""
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    cfg = load_config(args.config, args.cfg_options, args.work_dir)
+    cfg.launcher = args.launcher
+    return cfg
+
+
+def build_runner(cfg: Config) -> Runner:
+    """mmengine's Runner, or the config's own ``runner_type``."""
+    return Runner.from_cfg(cfg) if 'runner_type' not in cfg else RUNNERS.build(cfg)
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None,
@@ -59,11 +88,16 @@ def _check_data_root(loader: Optional[dict], name: str, path: str) -> None:
 
 
 def enable_amp(cfg: Config) -> None:
-    """Switch the optimizer wrapper to mixed precision (dynamic loss scale)."""
-    if cfg.optim_wrapper.get('type') == 'AmpOptimWrapper':
+    """Mixed precision: mmengine's AmpOptimWrapper (fp16, dynamic loss scale) on CUDA, bf16
+    autocast (:class:`~mmvit5.engine.AutocastOptimWrapper`) where there is no CUDA."""
+    if cfg.optim_wrapper.get('type') in ('AmpOptimWrapper', 'AutocastOptimWrapper'):
         return
-    cfg.optim_wrapper.type = 'AmpOptimWrapper'
-    cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    if torch.cuda.is_available():
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
+    else:
+        cfg.optim_wrapper.type = 'AutocastOptimWrapper'
+        cfg.optim_wrapper.setdefault('dtype', 'bfloat16')
 
 
 def enable_resume(cfg: Config, checkpoint: Optional[str]) -> None:

@@ -1,3 +1,4 @@
+from .autocast_optim_wrapper import AutocastOptimWrapper
 from .layer_decay_constructor import ViT5LayerDecayOptimizerConstructor
 
-__all__ = ['ViT5LayerDecayOptimizerConstructor']
+__all__ = ['AutocastOptimWrapper', 'ViT5LayerDecayOptimizerConstructor']

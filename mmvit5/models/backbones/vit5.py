@@ -9,16 +9,21 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 from torch.nn.init import trunc_normal_
 from torchvision.ops import StochasticDepth
 
-from ...checkpoint import (CheckpointError, extract_state_dict, read_checkpoint,
-                           resize_pos_embed, square_grid)
+from ...checkpoint import (
+    CheckpointError,
+    extract_state_dict,
+    read_checkpoint,
+    resize_pos_embed,
+    square_grid,
+)
 from ..layers.attention import Attention
 from ..layers.norm import RMSNorm
 from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, sequence_angles
@@ -417,6 +422,10 @@ class ViT5(BaseModule):
         return table
 
     def _check_input(self, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f'ViT5 expects one (B, C, H, W) tensor, got {type(x).__name__}; '
+                            'pad images of different sizes to one size first (the mmdet/mmseg '
+                            'data preprocessors do, pad_size_divisor=32)')
         if x.dim() != 4:
             raise ValueError(f'ViT5 expects images (B, C, H, W), got shape {tuple(x.shape)}')
         if x.shape[1] != self.in_channels:

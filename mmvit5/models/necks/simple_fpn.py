@@ -48,7 +48,8 @@ class SimpleFeaturePyramid(BaseModule):
         self.scale_factors = tuple(float(s) for s in scale_factors)
         unsupported = set(self.scale_factors) - {4.0, 2.0, 1.0, 0.5}
         if unsupported:
-            raise ValueError(f'scale_factors may contain 4, 2, 1 and 0.5, got {sorted(unsupported)}')
+            raise ValueError(f'scale_factors may contain 4, 2, 1 and 0.5, got '
+                             f'{sorted(unsupported)}')
         if num_outs < len(self.scale_factors):
             raise ValueError(f'num_outs {num_outs} is smaller than the {len(self.scale_factors)} '
                              'scale factors; raise num_outs or drop scale factors')

@@ -1,0 +1,60 @@
+"""Stack smoke test: unmodified upstream configs (ResNet-50 Mask R-CNN, UperNet), shrunk by
+overrides, train and evaluate through the real runners, CocoMetric and IoUMetric.
+
+A broken mmcv build, mmdet/mmseg/mmengine incompatibility or metric dependency shows up here,
+independent of anything ViT-5 adds.
+"""
+import re
+
+import pytest
+
+from conftest import run_tool, tool
+
+MASK_RCNN = """_base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
+data_root = 'data/toy/coco/'
+metainfo = dict(classes=('rectangle', 'ellipse', 'triangle'))
+model = dict(backbone=dict(depth=18, init_cfg=None), neck=dict(in_channels=[64, 128, 256, 512]),
+             roi_head=dict(bbox_head=dict(num_classes=3), mask_head=dict(num_classes=3)))
+train_pipeline = [dict(type='LoadImageFromFile'),
+                  dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+                  dict(type='Resize', scale=(256, 160), keep_ratio=True),
+                  dict(type='RandomFlip', prob=0.5), dict(type='PackDetInputs')]
+test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=(256, 160), keep_ratio=True),
+                 dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+                 dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape',
+                                                       'img_shape', 'scale_factor'))]
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(
+    data_root=data_root, metainfo=metainfo, filter_cfg=dict(min_size=8), pipeline=train_pipeline))
+val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dict(
+    data_root=data_root, metainfo=metainfo, pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+train_cfg = dict(max_epochs=1, val_interval=1)
+"""
+
+UPERNET = """_base_ = ['mmseg::upernet/upernet_r50_4xb4-160k_ade20k-512x512.py']
+norm_cfg = dict(type='BN', requires_grad=True)
+model = dict(pretrained=None,
+             backbone=dict(depth=18, norm_cfg=norm_cfg),
+             decode_head=dict(in_channels=[64, 128, 256, 512], channels=64, norm_cfg=norm_cfg),
+             auxiliary_head=dict(in_channels=256, channels=32, norm_cfg=norm_cfg))
+data_root = 'data/toy/ade/ADEChallengeData2016'
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root=data_root))
+val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=data_root))
+test_dataloader = val_dataloader
+train_cfg = dict(max_iters=4, val_interval=4)
+default_hooks = dict(checkpoint=dict(interval=4))
+"""
+
+
+@pytest.mark.parametrize('text, metric', [(MASK_RCNN, r'coco/segm_mAP: \d'),
+                                          (UPERNET, r'mIoU: \d')], ids=['mask_rcnn', 'upernet'])
+def test_upstream_config_trains_and_evaluates(toy_root, tmp_path, text, metric):
+    cfg = tmp_path / 'upstream.py'
+    cfg.write_text(text)
+    out = run_tool(tool('train.py') + [str(cfg), '--work-dir', str(tmp_path / 'work')],
+                   cwd=toy_root)
+    assert re.search(r'(Iter|Epoch)\(val\).*' + metric, out), out[-3000:]
