@@ -88,6 +88,23 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Sequence[int],
     return grid.permute(0, 2, 3, 1).reshape(1, dst_grid[0] * dst_grid[1], dim).to(pos_embed.dtype)
 
 
+def check_vit5_state(state: Dict[str, torch.Tensor], source: str) -> None:
+    """Raise unless ``state`` holds ViT-5 weights (class token, position embedding, QK-Norm)."""
+    if not {'cls_token', 'pos_embed'} <= set(state) or \
+            not any(k.endswith('attn.q_norm.weight') for k in state):
+        raise CheckpointError(
+            f'{source} is not a ViT-5 checkpoint: it has no cls_token / pos_embed / '
+            f'attn.q_norm weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file '
+            'or one saved by mmvit5.')
+
+
+def describe_state(state: Dict[str, torch.Tensor]) -> str:
+    """'embed_dim D, depth N, R registers' of ViT-5 weights."""
+    depth = len({k.split('.')[1] for k in state if k.startswith('blocks.')})
+    registers = state['reg_token'].shape[1] if 'reg_token' in state else 0
+    return f'embed_dim {state["cls_token"].shape[-1]}, depth {depth}, {registers} registers'
+
+
 def square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
     side = int(round(num_tokens**0.5))
     if side * side != num_tokens:

@@ -16,13 +16,8 @@ import time
 
 import torch
 
-from mmvit5.checkpoint import (
-    CheckpointError,
-    extract_state_dict,
-    read_checkpoint,
-    resize_pos_embed,
-    square_grid,
-)
+from mmvit5.checkpoint import (check_vit5_state, describe_state, extract_state_dict,
+                               read_checkpoint, resize_pos_embed, square_grid)
 
 
 def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
@@ -32,11 +27,8 @@ def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
 
     step(f'reading {src}')
     state = extract_state_dict(read_checkpoint(src), 'model_ema' if ema else None)
-    if 'cls_token' not in state or 'pos_embed' not in state:
-        raise CheckpointError(f'{src} is not a ViT-5 checkpoint (no cls_token / pos_embed)')
-    blocks = len({k.split('.')[1] for k in state if k.startswith('blocks.')})
-    step(f'{len(state)} tensors, embed_dim {state["cls_token"].shape[-1]}, {blocks} blocks, '
-         f'{state["reg_token"].shape[1]} registers')
+    check_vit5_state(state, src)
+    step(f'{len(state)} tensors, {describe_state(state)}')
     out = {}
     for key, value in state.items():
         if key.endswith(('rope.freqs', 'rope_reg.freqs')):

@@ -19,6 +19,8 @@ from torchvision.ops import StochasticDepth
 
 from ...checkpoint import (
     CheckpointError,
+    check_vit5_state,
+    describe_state,
     extract_state_dict,
     read_checkpoint,
     resize_pos_embed,
@@ -227,7 +229,6 @@ class ViT5(BaseModule):
             rates = [drop_path_rate] * depth
         else:
             rates = torch.linspace(0, drop_path_rate, depth).tolist()
-        self.window_size = window_size
         self.global_attn_indices = self._global_blocks(window_size, global_attn_indices, depth)
         self.blocks = nn.ModuleList([
             Block(embed_dim, num_heads, self.arch_settings.get('mlp_ratio', 4.0), rates[i],
@@ -352,11 +353,7 @@ class ViT5(BaseModule):
     def adapt_state_dict(self, state: Dict[str, torch.Tensor],
                          source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
         """Map a checkpoint's backbone tensors onto this model's keys, or raise."""
-        if 'cls_token' not in state or not any(k.endswith('attn.q_norm.weight') for k in state):
-            raise CheckpointError(
-                f'{source} is not a ViT-5 checkpoint: it has no cls_token / attn.q_norm '
-                f'weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file or '
-                'one saved by mmvit5.')
+        check_vit5_state(state, source)
         own = self.state_dict()
         adapted = OrderedDict()
         mismatched = []
@@ -386,7 +383,7 @@ class ViT5(BaseModule):
         if missing or unexpected or mismatched:
             raise CheckpointError(
                 f'{source} does not fit this ViT5 ({self._describe()}; the checkpoint looks '
-                f'like {self._describe_state(state)}).' +
+                f'like {describe_state(state)}).' +
                 (f'\n  mismatched shapes: {mismatched[:8]}' if mismatched else '') +
                 (f'\n  missing keys: {missing[:8]}' if missing else '') +
                 (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
@@ -396,13 +393,6 @@ class ViT5(BaseModule):
     def _describe(self) -> str:
         return (f'embed_dim {self.embed_dim}, depth {self.depth}, '
                 f'{self.num_registers} registers')
-
-    @staticmethod
-    def _describe_state(state: Dict[str, torch.Tensor]) -> str:
-        depth = len({k.split('.')[1] for k in state if k.startswith('blocks.')})
-        registers = state['reg_token'].shape[1] if 'reg_token' in state else 0
-        return (f'embed_dim {state["cls_token"].shape[-1]}, depth {depth}, '
-                f'{registers} registers')
 
     # ----------------------------------------------------------------- forward
     def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype, device: torch.device,
