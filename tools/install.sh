@@ -90,12 +90,13 @@ PYEOF
   fi
   # --no-cache-dir: pip's own wheel cache does not key on the torch version.
   "${pip[@]}" install --no-cache-dir --force-reinstall --no-deps "$wheel"
-  "$PY" -c "import mmcv._ext" || { say "mmcv installed without compiled ops (mmcv._ext missing)"; exit 1; }
 fi
 
-# 3. The rest of the pinned stack (mmcv is already satisfied, so pip never builds it again).
+# 3. The rest of the pinned stack (mmcv is already satisfied, so pip never builds it again;
+#    this also brings mmcv's own runtime dependencies, e.g. opencv, which `import mmcv` needs).
 say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, fairscale and helpers"
 "${pip[@]}" install -r "$req"
+"$PY" -c "import mmcv._ext" || { say "mmcv installed without compiled ops (mmcv._ext missing)"; exit 1; }
 
 # 4. mmvit5 itself, editable, so custom_imports=['mmvit5'] works from any directory.
 say "step 4/4: mmvit5 (editable)"
