@@ -2,8 +2,8 @@
 
 Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers the backbone,
 neck and optimizer constructor in MMEngine's registries, which mmdet, mmseg and mmpretrain
-inherit from, makes mmengine's own checkpoints loadable under ``weights_only=True`` and
-lets mmengine's distributed launcher run on CPU-only machines (gloo).
+inherit from, makes mmengine's own checkpoints loadable under ``weights_only=True``, makes its checkpoint
+writes crash-safe and lets mmengine's distributed launcher run on CPU-only machines (gloo).
 """
 from . import compat
 from .engine import *  # noqa: F401,F403
@@ -12,5 +12,6 @@ from .version import __version__
 
 compat.allow_mmengine_checkpoints()
 compat.allow_cpu_distributed()
+compat.crash_safe_checkpoints()
 
 __all__ = ['__version__']

@@ -1,4 +1,5 @@
-"""What the pinned OpenMMLab stack (mmengine 0.10.7) needs on a modern torch and on CPUs.
+"""What the pinned OpenMMLab stack (mmengine 0.10.7) needs on a modern torch, on CPUs and to
+survive being killed. Each function patches one thing and is applied on ``import mmvit5``.
 
 torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine's ``torch.load`` calls
 pass nothing else, so resuming fails on the checkpoints mmengine itself wrote. Rather than
@@ -83,3 +84,55 @@ def allow_cpu_distributed() -> None:
     init_dist_pytorch._mmvit5 = True
     dist_utils._init_dist_pytorch = init_dist_pytorch
     MMDistributedDataParallel.__init__ = ddp_init_cpu_aware
+
+
+class _DeferredRemovals:
+    """A file backend whose ``remove``/``rmtree`` calls wait in ``pending`` until run."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.pending = []
+
+    def remove(self, path) -> None:
+        self.pending.append((self.backend.remove, path))
+
+    def rmtree(self, path) -> None:
+        self.pending.append((self.backend.rmtree, path))
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+def crash_safe_checkpoints() -> None:
+    """Make a kill at any moment of mmengine's checkpointing leave a resumable work dir.
+
+    mmengine 0.10.7 writes ``iter_N.pth`` and then ``last_checkpoint`` in place, so a kill
+    mid-write leaves a truncated file; and with ``max_keep_ckpts`` its ``CheckpointHook``
+    deletes the oldest checkpoint *before* writing the new one, so with ``max_keep_ckpts=1`` a
+    kill during the write leaves ``last_checkpoint`` naming a deleted file. Here the local file
+    backend and the hook write through :func:`~mmvit5.utils.atomic_file.atomic_open`, and
+    outdated checkpoints are deleted only once the new one and the pointer are on disk.
+    """
+    from mmengine.fileio.backends import local_backend
+    from mmengine.hooks import checkpoint_hook
+
+    from .utils.atomic_file import open_atomic_writes
+    hook = checkpoint_hook.CheckpointHook
+    if getattr(hook._save_checkpoint_with_step, '_mmvit5', False):
+        return
+    # both modules write only in ``with open(path, 'w'/'wb')`` blocks; reads pass through
+    local_backend.open = checkpoint_hook.open = open_atomic_writes
+    save = hook._save_checkpoint_with_step
+
+    def save_then_prune(self, runner, step, meta):
+        backend = self.file_backend
+        self.file_backend = deferred = _DeferredRemovals(backend)
+        try:
+            save(self, runner, step, meta)
+        finally:
+            self.file_backend = backend
+        for remove, path in deferred.pending:
+            remove(path)
+
+    save_then_prune._mmvit5 = True
+    hook._save_checkpoint_with_step = save_then_prune

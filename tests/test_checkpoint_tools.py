@@ -31,7 +31,7 @@ def test_convert_resizes_pos_embed_and_loads(released_base, tmp_path):
     model = ViT5(arch='base', img_size=384, init_cfg=dict(type='Pretrained', checkpoint=str(dst)))
     model.init_weights()
     assert torch.equal(model.blocks[3].attn.qkv.weight, sd['blocks.3.attn.qkv.weight'])
-    assert not list(tmp_path.glob('*.tmp-*'))
+    assert not list(tmp_path.glob('*.part'))
 
 
 def test_convert_refuses_to_overwrite_source(released_base):

@@ -94,3 +94,31 @@ def test_unlisted_globals_stay_blocked(tmp_path):
     torch.save({'x': copy.copy}, path)
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path, weights_only=True)
+
+
+def test_atomic_open_replaces_whole_files_only(tmp_path):
+    from mmvit5.utils.atomic_file import atomic_open
+    target = tmp_path / 'last_checkpoint'
+    target.write_text('iter_4.pth')
+    try:
+        with atomic_open(target, 'w') as f:
+            f.write('iter_')
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert target.read_text() == 'iter_4.pth' and not list(tmp_path.glob('*.part'))
+    with atomic_open(target, 'w') as f:
+        f.write('iter_8.pth')
+    assert target.read_text() == 'iter_8.pth'
+    with pytest.raises(ValueError, match='must contain "w"'):
+        with atomic_open(target, 'ab'):
+            pass
+
+
+def test_mmengine_writes_checkpoints_atomically():
+    from mmengine.fileio.backends import local_backend
+    from mmengine.hooks import checkpoint_hook
+
+    from mmvit5.utils.atomic_file import open_atomic_writes
+    assert local_backend.open is open_atomic_writes and checkpoint_hook.open is open_atomic_writes
+    assert checkpoint_hook.CheckpointHook._save_checkpoint_with_step._mmvit5

@@ -1,9 +1,12 @@
-"""Faults: a training process killed with SIGKILL resumes to the uninterrupted run's weights."""
+"""Faults: a training process killed with SIGKILL, mid-run or while it writes a checkpoint,
+resumes to the uninterrupted run's weights."""
 import os
+import os.path as osp
 import signal
 import subprocess
 import time
 
+import pytest
 import torch
 
 import mmvit5  # noqa: F401  allow-lists what mmengine checkpoints hold
@@ -18,10 +21,27 @@ OPTIONS = ['train_cfg.max_iters=8', 'train_cfg.val_interval=8',
            'model.backbone.drop_path_rate=0.1']
 
 
-def test_sigkill_mid_run_then_resume_equals_uninterrupted(toy_root, tmp_path):
-    full, killed = tmp_path / 'full', tmp_path / 'killed'
+@pytest.fixture(scope='module')
+def uninterrupted(toy_root, tmp_path_factory):
+    """The final weights of the run every interrupted one must reproduce."""
+    full = tmp_path_factory.mktemp('full')
     run_tool(tool('train.py') + [config(UPERNET), '--work-dir', str(full), '--cfg-options',
                                  *OPTIONS], cwd=toy_root)
+    return torch.load(full / 'iter_8.pth', weights_only=True)['state_dict']
+
+
+def resume_and_compare(work_dir, toy_root, reference, resumed_at=4):
+    out = run_tool(tool('train.py') + [config(UPERNET), '--work-dir', str(work_dir), '--resume',
+                                       '--cfg-options', *OPTIONS], cwd=toy_root)
+    assert f'resumed epoch: 0, iter: {resumed_at}' in out
+    ours = torch.load(work_dir / 'iter_8.pth', weights_only=True)['state_dict']
+    assert ours.keys() == reference.keys()
+    different = [k for k in reference if not torch.equal(ours[k], reference[k])]
+    assert not different, different[:5]
+
+
+def test_sigkill_mid_run_then_resume_equals_uninterrupted(toy_root, tmp_path, uninterrupted):
+    killed = tmp_path / 'killed'
     env = dict(os.environ, PYTHONPATH=REPO, OMP_NUM_THREADS='2')
     proc = subprocess.Popen(tool('train.py') + [config(UPERNET), '--work-dir', str(killed),
                                                 '--cfg-options', *OPTIONS],
@@ -35,11 +55,26 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(toy_root, tmp_path):
     assert proc.wait() == -signal.SIGKILL
     assert (killed / 'iter_4.pth').is_file() and not (killed / 'iter_8.pth').exists()
     assert (killed / 'last_checkpoint').read_text().strip().endswith('iter_4.pth')
-    out = run_tool(tool('train.py') + [config(UPERNET), '--work-dir', str(killed), '--resume',
-                                       '--cfg-options', *OPTIONS], cwd=toy_root)
-    assert 'resumed epoch: 0, iter: 4' in out
-    ours = torch.load(killed / 'iter_8.pth', weights_only=True)['state_dict']
-    ref = torch.load(full / 'iter_8.pth', weights_only=True)['state_dict']
-    assert ours.keys() == ref.keys()
-    different = [k for k in ref if not torch.equal(ours[k], ref[k])]
-    assert not different, different[:5]
+    resume_and_compare(killed, toy_root, uninterrupted)
+
+
+# max_keep_ckpts=1 is the hard case: mmengine deletes iter_4.pth before it writes iter_8.pth
+# (the pointer's first write, at iteration 4, has nothing to protect: kill the second one)
+@pytest.mark.parametrize('victim, nth', [('iter_8.pth', 1), ('last_checkpoint', 2)])
+def test_sigkill_while_writing_a_checkpoint_keeps_last_checkpoint_valid(
+        toy_root, tmp_path, uninterrupted, victim, nth):
+    work = tmp_path / 'killed'
+    code, out = run_tool([*tool('train.py')[:1], osp.join(REPO, 'tests', 'kill_while_writing.py'),
+                          victim, str(nth), *tool('train.py')[1:], config(UPERNET), '--work-dir',
+                          str(work), '--cfg-options', *OPTIONS,
+                          'default_hooks.checkpoint.max_keep_ckpts=1'],
+                         cwd=toy_root, check=False)
+    assert code == -signal.SIGKILL, out[-3000:]
+    assert list(work.glob(f'*{victim}*')), 'the kill did not hit the write'
+    pointed = (work / 'last_checkpoint').read_text().strip()
+    assert pointed.endswith('iter_4.pth'), pointed
+    assert set(torch.load(pointed, weights_only=True)) >= {'state_dict', 'optimizer', 'meta'}
+    # nothing that looks like a checkpoint is truncated
+    for path in work.glob('iter_*.pth'):
+        torch.load(path, weights_only=True)
+    resume_and_compare(work, toy_root, uninterrupted)

@@ -18,6 +18,7 @@ import torch
 
 from mmvit5.checkpoint import (check_vit5_state, describe_state, extract_state_dict,
                                read_checkpoint, resize_pos_embed, square_grid)
+from mmvit5.utils.atomic_file import atomic_open
 
 
 def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
@@ -47,13 +48,8 @@ def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
                 time=time.strftime('%Y-%m-%d %H:%M:%S'), ema=ema,
                 img_size=img_size or src_grid[0] * patch_size)
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    tmp = f'{dst}.tmp-{os.getpid()}'
-    try:
-        torch.save(dict(state_dict=out, meta=meta), tmp)
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_open(dst, 'wb') as f:
+        torch.save(dict(state_dict=out, meta=meta), f)
     step(f'wrote {len(out)} tensors to {dst}')
     return meta
 
