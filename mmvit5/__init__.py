@@ -2,8 +2,9 @@
 
 Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers the backbone,
 neck and optimizer constructor in MMEngine's registries, which mmdet, mmseg and mmpretrain
-inherit from, makes mmengine's own checkpoints loadable under ``weights_only=True``, makes its checkpoint
-writes crash-safe and lets mmengine's distributed launcher run on CPU-only machines (gloo).
+inherit from. It also makes mmengine's own checkpoints loadable under ``weights_only=True``,
+makes their writes crash-safe and lets mmengine's distributed launcher run on CPU-only
+machines (gloo).
 """
 from . import compat
 from .engine import *  # noqa: F401,F403
