@@ -5,6 +5,39 @@ import torch.nn.functional as F
 from mmengine.registry import MODELS
 
 
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """float32 for half-precision and float32 inputs (as released), float64 stays float64."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm that keeps only its input and 1/rms for the backward pass.
+
+    Autograd of the composite form also keeps the normalised tensor for the weight's gradient:
+    one more (..., dim) activation per norm, four per ViT-5 block (two pre-norms, QK-Norm).
+    Recomputing it in backward costs one elementwise pass.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = x.to(_compute_dtype(x))
+        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return (xf * rstd).type_as(x) * weight
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, rstd, weight = ctx.saved_tensors
+        normed = x.to(rstd.dtype) * rstd
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad * normed.type_as(x)).reshape(-1, x.shape[-1]).sum(0)
+            grad_weight = grad_weight.to(weight.dtype)
+        grad_normed = (grad * weight).to(rstd.dtype)
+        grad_x = rstd * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
+        return grad_x.to(x.dtype), grad_weight, None
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm over the last dimension, weight only, as in ViT-5.
 
@@ -27,8 +60,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        normed = F.rms_norm(x.float(), (x.shape[-1], ), eps=self.eps)
-        return normed.type_as(x) * self.weight
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f'{self.weight.shape[0]}, eps={self.eps}'
