@@ -13,9 +13,13 @@ cd "$out"
 [ -d data/toy/coco ] || "$PY" "$here/tools/make_toy_data.py" data/toy --train 64 --val 16 --size 256
 for name in maskrcnn upernet; do
   cfg="$here/configs/toy/vit5-tiny_${name}_shapes.py"
+  # the toy configs fix their schedules' `end` (and Mask R-CNN's step) to their own max_iters;
+  # the second scheduler starts after 20 warm-up iterations, so it must end after that
+  schedule=("param_scheduler.1.end=$(( iters > 20 ? iters : 21 ))")
+  [ "$name" = maskrcnn ] && schedule+=("param_scheduler.1.milestones=[$((iters * 9 / 10))]")
   echo "[quickstart] training ViT-5 $name for $iters iterations (log: $out/$name)"
   "$PY" "$here/tools/train.py" "$cfg" --work-dir "$out/$name" --cfg-options \
-    train_cfg.max_iters="$iters" train_cfg.val_interval="$iters" \
+    train_cfg.max_iters="$iters" train_cfg.val_interval="$iters" "${schedule[@]}" \
     default_hooks.checkpoint.interval="$iters" > "$out/$name.train.log" 2>&1 \
     || { tail -n 40 "$out/$name.train.log"; exit 1; }
   "$PY" "$here/tools/test.py" "$cfg" "$out/$name/iter_$iters.pth" --work-dir "$out/$name/test" \
