@@ -27,6 +27,7 @@ from ...checkpoint import (
     square_grid,
 )
 from ..layers.attention import Attention
+from ..layers.layer_scale import scaled_linear
 from ..layers.norm import RMSNorm
 from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, sequence_angles
 
@@ -44,12 +45,14 @@ class Mlp(nn.Module):
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden_dim, dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+    def forward(self, x: torch.Tensor, out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``out_scale`` (C, ): the block's LayerScale, folded into ``fc2``."""
+        return scaled_linear(self.act(self.fc1(x)), self.fc2, out_scale)
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block with LayerScale: ``x + gamma * f(RMSNorm(x))``.
+    """Pre-norm transformer block with LayerScale: ``x + gamma * f(RMSNorm(x))``, the gammas
+    folded into each branch's last linear layer (:func:`scaled_linear`).
 
     Args:
         dim (int): Token width C.
@@ -81,8 +84,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 grid: Tuple[int, int]) -> torch.Tensor:
-        x = x + self.drop_path(self.gamma_1 * self.attn(self.norm1(x), (cos, sin), grid))
-        return x + self.drop_path(self.gamma_2 * self.mlp(self.norm2(x)))
+        x = x + self.drop_path(self.attn(self.norm1(x), (cos, sin), grid, self.gamma_1))
+        return x + self.drop_path(self.mlp(self.norm2(x), self.gamma_2))
 
 
 class PatchEmbed(nn.Module):

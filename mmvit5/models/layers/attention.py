@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .layer_scale import scaled_linear
 from .norm import RMSNorm
 from .rope import apply_rope
 
@@ -98,7 +99,8 @@ class Attention(nn.Module):
         return attn.softmax(dim=-1) @ v
 
     def forward(self, x: torch.Tensor, rope: Tuple[torch.Tensor, torch.Tensor],
-                grid: Tuple[int, int]) -> torch.Tensor:
+                grid: Tuple[int, int], out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``out_scale`` (C, ): the block's LayerScale, folded into ``proj``."""
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
@@ -108,7 +110,7 @@ class Attention(nn.Module):
             x = self.windowed(q, k, v, grid)
         else:
             x = self.attend(q, k, v)
-        return self.proj(x.transpose(1, 2).reshape(B, T, C))
+        return scaled_linear(x.transpose(1, 2).reshape(B, T, C), self.proj, out_scale)
 
     def windowed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  grid: Tuple[int, int]) -> torch.Tensor:
