@@ -42,3 +42,28 @@ def test_backbone_to_neck_shapes_non_square():
 def test_config_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SimpleFeaturePyramid(**kwargs)
+
+
+def test_roi_features_read_the_right_memory():
+    """mmcv 2.1.0's RoIAlign indexes its input as contiguous NCHW memory and ignores strides;
+    a channels-last map (a ViT's transposed tokens, a permuted LayerNorm) gives it wrong
+    features, silently. The backbone map, LN2d and the neck outputs must be plain NCHW, so
+    that mmdet's RoI extractors pool what torchvision's stride-aware roi_align pools."""
+    from mmcv.ops import RoIAlign
+    from torchvision.ops import roi_align
+
+    torch.manual_seed(0)
+    backbone = ViT5(arch=dict(embed_dim=64, depth=1, num_heads=2), img_size=64).eval()
+    neck = SimpleFeaturePyramid(in_channels=64, out_channels=16, num_outs=4).eval()
+    rois = torch.tensor([[0, 4., 6., 50., 40.], [1, 20., 10., 90., 60.]])
+    with torch.no_grad():
+        feature_map = backbone(torch.randn(2, 3, 64, 96))[0]
+        assert feature_map.is_contiguous()
+        # a channels-last input (e.g. mmpretrain's ViT output) comes out as plain NCHW too
+        channels_last = feature_map.contiguous(memory_format=torch.channels_last)
+        for inputs in ((feature_map, ), (channels_last, )):
+            for stride, level in zip((4, 8, 16, 32), neck(inputs)):
+                assert level.is_contiguous()
+                mmcv_feats = RoIAlign(7, 1 / stride, sampling_ratio=0, aligned=True)(level, rois)
+                expected = roi_align(level, rois, 7, 1 / stride, sampling_ratio=0, aligned=True)
+                torch.testing.assert_close(mmcv_feats, expected)

@@ -487,7 +487,9 @@ class ViT5(BaseModule):
         patches = x[:, 1:1 + grid[0] * grid[1]]
         if self.out_type == 'avg_featmap':
             return patches.mean(dim=1)
-        return patches.transpose(1, 2).reshape(x.shape[0], self.embed_dim, *grid)
+        # contiguous NCHW: the transposed view is channels-last in memory, and mmcv's
+        # RoIAlign (2.1.0) reads its input as NCHW memory, ignoring strides
+        return patches.transpose(1, 2).reshape(x.shape[0], self.embed_dim, *grid).contiguous()
 
     # ----------------------------------------------------------------- freezing
     def _freeze_stages(self) -> None:
