@@ -1,7 +1,7 @@
 # Control for the learning curves (README, "The models learn"): the toy Mask R-CNN with a
 # from-scratch ResNet-18's stride-16 C4 map in place of the ViT, through the same simple feature
-# pyramid. Its GN variant learns in 300 iterations where the ViT does not:
-#   --cfg-options model.neck.norm_cfg.type=GN model.neck.norm_cfg.num_groups=32
+# pyramid (LN2d as ViTDet; a GN variant for comparison:
+#   --cfg-options model.neck.norm_cfg.type=GN model.neck.norm_cfg.num_groups=32)
 _base_ = ['./vit5-tiny_maskrcnn_shapes.py']
 
 model = dict(
