@@ -3,8 +3,8 @@
 Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers the backbone,
 neck and optimizer constructor in MMEngine's registries, which mmdet, mmseg and mmpretrain
 inherit from. It also makes mmengine's own checkpoints loadable under ``weights_only=True``,
-makes their writes crash-safe and lets mmengine's distributed launcher run on CPU-only
-machines (gloo).
+makes their writes crash-safe, lets mmengine's distributed launcher run on CPU-only
+machines (gloo) and makes mmcv's RoIAlign read channels-last maps correctly.
 """
 from . import compat
 from .engine import *  # noqa: F401,F403
@@ -14,5 +14,6 @@ from .version import __version__
 compat.allow_mmengine_checkpoints()
 compat.allow_cpu_distributed()
 compat.crash_safe_checkpoints()
+compat.contiguous_roi_align()
 
 __all__ = ['__version__']

@@ -1,5 +1,6 @@
-"""What the pinned OpenMMLab stack (mmengine 0.10.7) needs on a modern torch, on CPUs and to
-survive being killed. Each function patches one thing and is applied on ``import mmvit5``.
+"""What the pinned OpenMMLab stack (mmengine 0.10.7, mmcv 2.1.0) needs on a modern torch, on
+CPUs, to survive being killed and to pool ViT maps. Each function patches one thing and is
+applied on ``import mmvit5``.
 
 torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine's ``torch.load`` calls
 pass nothing else, so resuming fails on the checkpoints mmengine itself wrote. Rather than
@@ -136,3 +137,28 @@ def crash_safe_checkpoints() -> None:
 
     save_then_prune._mmvit5 = True
     hook._save_checkpoint_with_step = save_then_prune
+
+
+def contiguous_roi_align() -> None:
+    """Make mmcv's ``RoIAlign`` pool channels-last maps correctly.
+
+    mmcv 2.1.0's ``roi_align_forward`` indexes its input as contiguous NCHW memory and ignores
+    strides, so a channels-last map (a ViT's transposed tokens, a permute-based LayerNorm2d and
+    every conv after them) is pooled at the wrong locations, without an error: mmdet's box and
+    mask heads then learn nothing while the RPN trains normally. The input is made contiguous
+    first, which costs nothing when it already is. Without compiled ops there is nothing to
+    patch (and no RoIAlign to call).
+    """
+    try:
+        from mmcv.ops.roi_align import RoIAlignFunction
+    except ImportError:
+        return
+    forward = RoIAlignFunction.forward
+    if getattr(forward, '_mmvit5', False):
+        return
+
+    def forward_contiguous(ctx, input, rois, *args, **kwargs):
+        return forward(ctx, input.contiguous(), rois, *args, **kwargs)
+
+    forward_contiguous._mmvit5 = True
+    RoIAlignFunction.forward = staticmethod(forward_contiguous)

@@ -122,3 +122,24 @@ def test_mmengine_writes_checkpoints_atomically():
     from mmvit5.utils.atomic_file import open_atomic_writes
     assert local_backend.open is open_atomic_writes and checkpoint_hook.open is open_atomic_writes
     assert checkpoint_hook.CheckpointHook._save_checkpoint_with_step._mmvit5
+
+
+def test_mmcv_roi_align_reads_channels_last_maps():
+    """mmcv 2.1.0's RoIAlign ignores strides (a channels-last map pooled the wrong locations,
+    by up to 3 on unit-variance input); after ``import mmvit5`` it matches torchvision's
+    stride-aware roi_align on contiguous and channels-last maps, and so do its gradients."""
+    from mmcv.ops import RoIAlign
+    from torchvision.ops import roi_align
+
+    torch.manual_seed(0)
+    rois = torch.tensor([[0, 1., 1., 10., 12.], [1, 3., 2., 15., 9.]])
+    base = torch.randn(2, 8, 16, 16)
+    for layout in (torch.contiguous_format, torch.channels_last):
+        x = base.contiguous(memory_format=layout).requires_grad_()
+        x_ref = base.clone().requires_grad_()
+        out = RoIAlign(7, 0.5, sampling_ratio=0, aligned=True)(x, rois)
+        expected = roi_align(x_ref, rois, 7, 0.5, sampling_ratio=0, aligned=True)
+        torch.testing.assert_close(out, expected)
+        grad, = torch.autograd.grad(out.square().sum(), x)
+        grad_ref, = torch.autograd.grad(expected.square().sum(), x_ref)
+        torch.testing.assert_close(grad, grad_ref)

@@ -45,10 +45,9 @@ def test_config_errors(kwargs, message):
 
 
 def test_roi_features_read_the_right_memory():
-    """mmcv 2.1.0's RoIAlign indexes its input as contiguous NCHW memory and ignores strides;
-    a channels-last map (a ViT's transposed tokens, a permuted LayerNorm) gives it wrong
-    features, silently. The backbone map, LN2d and the neck outputs must be plain NCHW, so
-    that mmdet's RoI extractors pool what torchvision's stride-aware roi_align pools."""
+    """The backbone map and the neck outputs are plain NCHW (a ViT's transposed tokens and
+    LN2d's permute are channels-last in memory), and mmdet's RoI extractors pool from them what
+    torchvision's stride-aware roi_align pools."""
     from mmcv.ops import RoIAlign
     from torchvision.ops import roi_align
 

@@ -82,6 +82,4 @@ class LayerNorm2d(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.permute(0, 2, 3, 1)
         x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-        # back to contiguous NCHW: a permuted (channels-last) result would reach mmcv's
-        # RoIAlign, which ignores strides and pools the wrong values
-        return x.permute(0, 3, 1, 2).contiguous()
+        return x.permute(0, 3, 1, 2)

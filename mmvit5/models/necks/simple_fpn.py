@@ -93,6 +93,6 @@ class SimpleFeaturePyramid(BaseModule):
         outs = [stage(x) for stage, x in zip(self.stages, sources)]
         while len(outs) < self.num_outs:
             outs.append(F.max_pool2d(outs[-1], kernel_size=1, stride=2))
-        # RoI extractors (mmcv RoIAlign) read NCHW memory regardless of strides; a
-        # channels-last input map would otherwise carry its layout through the convs
+        # LN2d and a channels-last input leave channels-last maps; one copy here rather than
+        # one per RoI extractor call (mmcv's RoIAlign needs NCHW memory, see compat)
         return tuple(out.contiguous() for out in outs)
