@@ -4,7 +4,7 @@ import torch
 
 from mmvit5.models import ViT5
 from mmvit5.models.layers.attention import Attention, from_windows, to_windows
-from mmvit5.models.layers.rope import RotaryEmbedding2D, sequence_angles
+from mmvit5.models.layers.rope import RotaryEmbedding2D, rotations, sequence_angles
 
 DIM, HEADS, REGS = 32, 2, 4
 
@@ -12,8 +12,7 @@ DIM, HEADS, REGS = 32, 2, 4
 def rope_for(grid):
     patch = RotaryEmbedding2D(DIM // HEADS, 10000.0, 4)
     reg = RotaryEmbedding2D(DIM // HEADS, 100.0, 2)
-    angles = sequence_angles(patch, reg, grid, REGS, 'interpolate')
-    return angles.cos(), angles.sin()
+    return rotations(sequence_angles(patch, reg, grid, REGS, 'interpolate'), torch.float32)
 
 
 def rule_mask(grid, window_size):

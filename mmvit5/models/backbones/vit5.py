@@ -29,7 +29,7 @@ from ...checkpoint import (
 from ..layers.attention import Attention
 from ..layers.layer_scale import scaled_linear
 from ..layers.norm import RMSNorm
-from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, sequence_angles
+from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, rotations, sequence_angles
 
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
 DROP_PATH_SCHEDULES = ('uniform', 'linear')
@@ -65,7 +65,7 @@ class Block(nn.Module):
         window_size (int): 0 for global attention, else windowed (see :class:`Attention`).
 
     Shape:
-        - x: (B, T, C); cos, sin: (T, C // num_heads); grid: (rows, cols).
+        - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin); grid: (rows, cols).
         - Output: (B, T, C).
     """
 
@@ -82,9 +82,9 @@ class Block(nn.Module):
         self.gamma_2 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
         self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def forward(self, x: torch.Tensor, rope: torch.Tensor,
                 grid: Tuple[int, int]) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), (cos, sin), grid, self.gamma_1))
+        x = x + self.drop_path(self.attn(self.norm1(x), rope, grid, self.gamma_1))
         return x + self.drop_path(self.mlp(self.norm2(x), self.gamma_2))
 
 
@@ -311,13 +311,12 @@ class ViT5(BaseModule):
         for block in self.blocks:
             checkpoint_wrapper(block)
 
-    def _run_block(self, block: Block, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+    def _run_block(self, block: Block, x: torch.Tensor, rope: torch.Tensor,
                    grid: Tuple[int, int]) -> torch.Tensor:
         if self.with_cp and self.cp_impl == 'torch' and self.training and \
                 torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(block, x, cos, sin, grid,
-                                                     use_reentrant=False)
-        return block(x, cos, sin, grid)
+            return torch.utils.checkpoint.checkpoint(block, x, rope, grid, use_reentrant=False)
+        return block(x, rope, grid)
 
     # ----------------------------------------------------------------- weights
     def init_weights(self) -> None:
@@ -399,8 +398,9 @@ class ViT5(BaseModule):
 
     # ----------------------------------------------------------------- forward
     def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype, device: torch.device,
-                   num_registers: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin (T, head_dim) for ``[cls, patches, registers]`` on ``grid``, cached."""
+                   num_registers: Optional[int] = None) -> torch.Tensor:
+        """RoPE (cos, sin) table (T, head_dim // 2, 2) for ``[cls, patches, registers]`` on
+        ``grid``, cached."""
         num_registers = self.num_registers if num_registers is None else num_registers
         key = (grid, dtype, device, self.rope_mode, num_registers)
         table = self._rope_cache.get(key)
@@ -408,7 +408,7 @@ class ViT5(BaseModule):
             with torch.no_grad():
                 angles = sequence_angles(self.rope, self.rope_reg, grid, num_registers,
                                          self.rope_mode).to(device)
-                table = (angles.cos().to(dtype), angles.sin().to(dtype))
+                table = rotations(angles, dtype)
             if len(self._rope_cache) >= 16:  # multi-scale training meets many grids
                 self._rope_cache.pop(next(iter(self._rope_cache)))
             self._rope_cache[key] = table
@@ -455,10 +455,10 @@ class ViT5(BaseModule):
             (B, R, C) (R = 0 without registers) and ``grid`` (H, W).
         """
         x, grid = self.tokens(x, with_registers)
-        cos, sin = self.rope_table(grid, self.pos_embed.dtype, x.device,
-                                   self.num_registers if with_registers else 0)
+        rope = self.rope_table(grid, self.pos_embed.dtype, x.device,
+                               self.num_registers if with_registers else 0)
         for block in self.blocks:
-            x = self._run_block(block, x, cos, sin, grid)
+            x = self._run_block(block, x, rope, grid)
         x = self.norm(x)
         num_patches = grid[0] * grid[1]
         return dict(cls_token=x[:, 0], patch_tokens=x[:, 1:1 + num_patches],
@@ -468,10 +468,10 @@ class ViT5(BaseModule):
         """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry, in
         that order; blocks after the last requested one are not run."""
         x, grid = self.tokens(x)
-        cos, sin = self.rope_table(grid, self.pos_embed.dtype, x.device)
+        rope = self.rope_table(grid, self.pos_embed.dtype, x.device)
         outs = {}
         for i, block in enumerate(self.blocks[:max(self.out_indices) + 1]):
-            x = self._run_block(block, x, cos, sin, grid)
+            x = self._run_block(block, x, rope, grid)
             if i == self.depth - 1:
                 x = self.norm(x)
             if i in self.out_indices:

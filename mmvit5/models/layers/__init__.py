@@ -1,7 +1,7 @@
 from .attention import Attention
 from .layer_scale import scaled_linear
 from .norm import LayerNorm2d, RMSNorm
-from .rope import RotaryEmbedding2D, apply_rope, axis_positions, rotate_half, sequence_angles
+from .rope import RotaryEmbedding2D, apply_rope, axis_positions, rotations, sequence_angles
 
 __all__ = ['Attention', 'LayerNorm2d', 'RMSNorm', 'RotaryEmbedding2D', 'apply_rope',
-           'axis_positions', 'rotate_half', 'scaled_linear', 'sequence_angles']
+           'axis_positions', 'rotations', 'scaled_linear', 'sequence_angles']

@@ -70,7 +70,7 @@ class Attention(nn.Module):
         window_size (int): 0 for global attention, else the window side in patches.
 
     Shape:
-        - x: (B, T, C) with T = 1 + rows * cols + R; rope: (cos, sin), each (T, C // heads);
+        - x: (B, T, C) with T = 1 + rows * cols + R; rope: (T, C // heads // 2, 2) (cos, sin);
           grid: (rows, cols)
         - output: (B, T, C)
     """
@@ -98,14 +98,14 @@ class Attention(nn.Module):
             attn = attn.masked_fill(~mask, float('-inf'))
         return attn.softmax(dim=-1) @ v
 
-    def forward(self, x: torch.Tensor, rope: Tuple[torch.Tensor, torch.Tensor],
-                grid: Tuple[int, int], out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, grid: Tuple[int, int],
+                out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``out_scale`` (C, ): the block's LayerScale, folded into ``proj``."""
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        q = apply_rope(self.q_norm(q), *rope)
-        k = apply_rope(self.k_norm(k), *rope)
+        q = apply_rope(self.q_norm(q), rope)
+        k = apply_rope(self.k_norm(k), rope)
         if self.window_size:
             x = self.windowed(q, k, v, grid)
         else:
