@@ -1,4 +1,5 @@
-"""Smoke test of tools/benchmark.py: the --quick preset runs end to end and reports."""
+"""Smoke test of tools/benchmark.py: the --quick preset, with the alternated target
+timing, runs end to end and reports."""
 import json
 import os
 import subprocess
@@ -11,11 +12,12 @@ def test_quick_benchmark_reports_rows_table_and_plot(tmp_path):
     rows_path, plot_path = tmp_path / 'rows.json', tmp_path / 'b.png'
     result = subprocess.run(
         [sys.executable, 'tools/benchmark.py', '--quick', '--peers', 'none', '--json',
-         str(rows_path), '--plot', str(plot_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=60)
+         str(rows_path), '--plot', str(plot_path), '--targets', '64', '--target-rounds', '2'],
+        cwd=REPO, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-4000:]
 
-    rows = json.loads(rows_path.read_text())['rows']
+    report = json.loads(rows_path.read_text())
+    rows = report['rows']
     forward = [r for r in rows if r['model'] == 'vit5-s' and r['mode'] == 'forward']
     assert forward, f'no vit5-s forward row in {rows}'
     assert forward[0]['status'] == 'ok', forward[0]['note']
@@ -25,3 +27,11 @@ def test_quick_benchmark_reports_rows_table_and_plot(tmp_path):
     assert plot_path.is_file() and plot_path.stat().st_size > 0
     assert '| model | input | mode | batch | img/s |' in result.stdout
     assert '|---|' in result.stdout
+
+    # the four latency targets, each from two alternated rounds of both models
+    timed = [t for t in report['targets'] if t['low'] is not None]
+    assert len(timed) == 4, report['targets']
+    for target in timed:
+        assert 0 < target['low'] <= target['ratio'] <= target['high'], target
+        assert target['met'] in (True, False)
+    assert '### Targets' in result.stdout and 'window-14 train step' in result.stdout

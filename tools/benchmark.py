@@ -29,6 +29,12 @@ Measurement method (one run, one process, so every row sees the same machine sta
 * "ratio to timm ViT-B": the row's img/s over timm ``vit_base_patch16_224``'s at the same input
   and mode (> 1 is faster).
 
+* Targets (``--targets SIZES``): the issue's ratios, timed so that machine noise cancels. The
+  models of a ratio are built side by side, stepped once untimed, then timed one step each per
+  round for ``--target-rounds`` rounds, the order reversed every other round; each round gives
+  one ratio of two latencies measured seconds apart, and the table reports the median and the
+  range of those. Memory and matmul-share targets are read from the main rows.
+
 Example: ``python tools/benchmark.py --models vit5-s,vit5-b --sizes 224,512,1024 --peers all``;
 ``--quick`` is the CI smoke preset.
 """
@@ -517,6 +523,130 @@ def fake_seg_batch(cfg, size: int, batch: int) -> dict:
     return dict(inputs=inputs, data_samples=samples)
 
 
+# ----------------------------------------------------------------------------- targets
+@dataclass
+class Target:
+    """One target: a ratio, its bound and whether this run meets it."""
+    claim: str
+    input: str
+    bound: str  # e.g. '<= 1.1'
+    ratio: Optional[float] = None
+    low: Optional[float] = None  # range of the per-round ratios
+    high: Optional[float] = None
+    note: str = ''
+
+    @property
+    def met(self) -> Optional[bool]:
+        if self.ratio is None:
+            return None
+        op, value = self.bound.split()
+        return self.ratio <= float(value) if op == '<=' else self.ratio >= float(value)
+
+
+WINDOWED = 'vit5-b win14'
+# claim, numerator, denominator (latencies), mode, bound; ViTDet windows: 14, 4 global blocks
+TIMED_TARGETS = [
+    ('ViT5-B forward time / timm ViT-B', 'vit5-b', BASELINE, 'forward', '<= 1.1'),
+    ('mmseg ViT-B forward time / ViT5-B', 'mmseg-vit-b', 'vit5-b', 'forward', '>= 1.2'),
+    ('ViT5-B global / window-14 forward time', 'vit5-b', WINDOWED, 'forward', '>= 2'),
+    ('ViT5-B global / window-14 train step time', 'vit5-b', WINDOWED, 'train', '>= 2'),
+]
+
+
+def target_model(name: str, size: int) -> nn.Module:
+    if name == WINDOWED:
+        return build_vit5('vit5-b', size, window_size=14)
+    if name in VIT5_ARCHS:
+        return build_vit5(name, size)
+    reason = unavailable_reason(PEERS[name][0])
+    if reason:
+        raise ImportError(reason)
+    return PEERS[name][1](size)
+
+
+def interleaved_latencies(steps: Dict[str, Callable[[], None]], setup: Setup,
+                          rounds: int) -> Dict[str, List[float]]:
+    """ms per step: one untimed step each, then ``rounds`` rounds timing each step once, the
+    order reversed every other round so that a drift of the machine hits all alike."""
+    for step in steps.values():
+        step()
+    times: Dict[str, List[float]] = {name: [] for name in steps}
+    order = list(steps)
+    for i in range(rounds):
+        for name in order if i % 2 == 0 else order[::-1]:
+            times[name] += time_step(steps[name], setup, warmup=0, repeats=1)
+    return times
+
+
+def timed_targets(size: int, rounds: int, setup: Setup) -> List[Target]:
+    """The latency targets at one input size (see the module docstring)."""
+    label = f'{size}x{size}'
+    targets = [Target(claim, label, bound) for claim, *_, bound in TIMED_TARGETS]
+    models: Dict[str, nn.Module] = {}
+    for _, numerator, denominator, _, _ in TIMED_TARGETS:
+        for name in (numerator, denominator):
+            if name in models:
+                continue
+            torch.manual_seed(0)
+            try:
+                models[name] = prepare(target_model(name, size), setup)
+            except Exception as exc:  # noqa: BLE001 - a missing peer leaves its target open
+                for target, spec in zip(targets, TIMED_TARGETS):
+                    if name in spec[1:3]:
+                        target.note = f'{name}: {describe(exc)}'
+    x = make_input(size, setup)
+    for mode, make in (('forward', forward_step), ('train', train_step)):
+        specs = [(t, spec) for t, spec in zip(targets, TIMED_TARGETS)
+                 if spec[3] == mode and not t.note]
+        names = list(dict.fromkeys(n for _, spec in specs for n in spec[1:3]))
+        if not names:
+            continue
+        progress(f'targets {label} {mode}: {", ".join(names)} x {rounds} rounds')
+        try:
+            times = interleaved_latencies({n: make(models[n], x) for n in names}, setup, rounds)
+        except Exception as exc:  # noqa: BLE001 - e.g. OOM; the other mode may still run
+            for target, _ in specs:
+                target.note = describe(exc)
+            continue
+        for target, (_, numerator, denominator, _, _) in specs:
+            per_round = [a / b for a, b in zip(times[numerator], times[denominator])]
+            target.ratio = statistics.median(per_round)
+            target.low, target.high = min(per_round), max(per_round)
+        for model in models.values():
+            model.zero_grad(set_to_none=True)
+    del models
+    free_memory(setup.device)
+    return targets
+
+
+def row_targets(rows: List[Row]) -> List[Target]:
+    """The memory and matmul-share targets, read from the main rows of ViT5-B."""
+    ok = {(r.model, r.input, r.mode): r for r in rows if r.status == 'ok'}
+    targets = []
+    for (model, size, mode), row in ok.items():
+        if model != 'vit5-b':
+            continue
+        if mode == 'forward' and row.pct_matmul is not None:
+            targets.append(Target('ViT5-B forward GFLOP/s / matmul GFLOP/s', size, '>= 0.6',
+                                  row.pct_matmul / 100))
+        plain = ok.get((model, size, 'train'))
+        if mode == 'train (with_cp)' and plain is not None:
+            targets.append(Target('ViT5-B with_cp / plain training peak memory', size, '<= 0.5',
+                                  row.peak_mib / plain.peak_mib))
+    return targets
+
+
+def targets_table(targets: List[Target], rounds: int) -> str:
+    lines = [f'| target | input | ratio | range over {rounds} alternated rounds | bound | met |',
+             '|---|---|---|---|---|---|']
+    for t in targets:
+        spread = 'main table' if t.low is None else f'{t.low:.2f}-{t.high:.2f}'
+        met = {True: 'yes', False: 'no', None: f'not measured: {t.note}'.replace('|', '/')}
+        lines.append(f'| {t.claim} | {t.input} | {fmt(t.ratio, 2)} | {spread} | {t.bound} | '
+                     f'{met[t.met]} |')
+    return '\n'.join(lines)
+
+
 # ----------------------------------------------------------------------------- report
 def add_ratios(rows: List[Row]) -> None:
     baseline = {(r.input, r.mode): r.img_s for r in rows if r.model == BASELINE and r.img_s}
@@ -608,6 +738,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--full-batch', type=int, default=2,
                         help='batch of the --full-model rows (UperNet\'s pooled BatchNorm '
                         'cannot train on 1)')
+    parser.add_argument('--targets', default='',
+                        help='comma list of input sides at which to time the target ratios in '
+                        'alternation (e.g. 512,1024; default none)')
+    parser.add_argument('--target-rounds', type=int, default=5,
+                        help='rounds of alternated steps per target ratio')
     parser.add_argument('--quick', action='store_true',
                         help='CI smoke preset: ' + ', '.join(f'{k}={v}' for k, v in QUICK.items()))
     parser.add_argument('--json', help='save the raw rows here')
@@ -627,13 +762,18 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
+def sizes(spec: str) -> List[int]:
+    """``'512,1024'`` -> [512, 1024]; empty or ``none`` -> []."""
+    return [] if spec in ('', 'none') else [int(side) for side in spec.split(',')]
+
+
 def run(args: argparse.Namespace, setup: Setup) -> List[Row]:
     """Every row of the run, grouped by input size so peers sit next to each other."""
     peers = select_peers(args.peers)
     missing = {p: unavailable_reason(PEERS[p][0]) for p in peers}
     rows = [Row(p, '-', '-', setup.batch, status='skipped', note=reason)
             for p, reason in missing.items() if reason]
-    for size in (int(s) for s in args.sizes.split(',')):
+    for size in sizes(args.sizes):
         for name in args.models.split(','):
             new, model, x = bench_backbone(name, lambda: build_vit5(name, size), size, setup)
             rows += new
@@ -671,15 +811,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f'## ViT-5 benchmark: {device}, {args.dtype}, batch {args.batch}, '
           f'median of {args.repeats} after {args.warmup} warmup, torch {torch.__version__}\n')
     print(markdown_table(rows, setup))
+    targets = [t for size in sizes(args.targets)
+               for t in timed_targets(size, args.target_rounds, setup)] + row_targets(rows)
+    if targets:
+        print(f'\n### Targets\n\n{targets_table(targets, args.target_rounds)}')
     save_plot(rows, args.plot)
     progress(f'plot saved to {args.plot}')
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         meta = dict(device=device, dtype=args.dtype, threads=args.threads, batch=args.batch,
                     warmup=args.warmup, repeats=args.repeats, matmul_size=args.matmul_size,
-                    matmul_gflop_s=setup.matmul_gflop_s, torch=torch.__version__)
+                    matmul_gflop_s=setup.matmul_gflop_s, target_rounds=args.target_rounds,
+                    torch=torch.__version__)
         with open(args.json, 'w') as f:
-            json.dump(dict(meta=meta, rows=[asdict(r) for r in rows]), f, indent=1)
+            json.dump(dict(meta=meta, rows=[asdict(r) for r in rows],
+                           targets=[dict(asdict(t), met=t.met) for t in targets]), f, indent=1)
         progress(f'rows saved to {args.json}')
     # peers may be skipped, but a run whose own backbone failed is a failed run
     return int(any(r.status == 'failed' and r.model in VIT5_ARCHS for r in rows))
