@@ -51,7 +51,7 @@ import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -543,13 +543,28 @@ class Target:
         return self.ratio <= float(value) if op == '<=' else self.ratio >= float(value)
 
 
-WINDOWED = 'vit5-b win14'
-# claim, numerator, denominator (latencies), mode, bound; ViTDet windows: 14, 4 global blocks
+class TimedTarget(NamedTuple):
+    """A target on the latency ratio ``numerator / denominator`` of two models in ``mode``."""
+    claim: str
+    numerator: str
+    denominator: str
+    mode: str
+    bound: str
+
+    @property
+    def pair(self) -> Tuple[str, str]:
+        return self.numerator, self.denominator
+
+
+WINDOWED = 'vit5-b win14'  # ViTDet windows: 14, 4 global blocks
 TIMED_TARGETS = [
-    ('ViT5-B forward time / timm ViT-B', 'vit5-b', BASELINE, 'forward', '<= 1.1'),
-    ('mmseg ViT-B forward time / ViT5-B', 'mmseg-vit-b', 'vit5-b', 'forward', '>= 1.2'),
-    ('ViT5-B global / window-14 forward time', 'vit5-b', WINDOWED, 'forward', '>= 2'),
-    ('ViT5-B global / window-14 train step time', 'vit5-b', WINDOWED, 'train', '>= 2'),
+    TimedTarget('ViT5-B forward time / timm ViT-B', 'vit5-b', BASELINE, 'forward', '<= 1.1'),
+    TimedTarget('mmseg ViT-B forward time / ViT5-B', 'mmseg-vit-b', 'vit5-b', 'forward',
+                '>= 1.2'),
+    TimedTarget('ViT5-B global / window-14 forward time', 'vit5-b', WINDOWED, 'forward',
+                '>= 2'),
+    TimedTarget('ViT5-B global / window-14 train step time', 'vit5-b', WINDOWED, 'train',
+                '>= 2'),
 ]
 
 
@@ -581,24 +596,21 @@ def interleaved_latencies(steps: Dict[str, Callable[[], None]], setup: Setup,
 def timed_targets(size: int, rounds: int, setup: Setup) -> List[Target]:
     """The latency targets at one input size (see the module docstring)."""
     label = f'{size}x{size}'
-    targets = [Target(claim, label, bound) for claim, *_, bound in TIMED_TARGETS]
+    targets = [Target(spec.claim, label, spec.bound) for spec in TIMED_TARGETS]
     models: Dict[str, nn.Module] = {}
-    for _, numerator, denominator, _, _ in TIMED_TARGETS:
-        for name in (numerator, denominator):
-            if name in models:
-                continue
-            torch.manual_seed(0)
-            try:
-                models[name] = prepare(target_model(name, size), setup)
-            except Exception as exc:  # noqa: BLE001 - a missing peer leaves its target open
-                for target, spec in zip(targets, TIMED_TARGETS):
-                    if name in spec[1:3]:
-                        target.note = f'{name}: {describe(exc)}'
+    for name in dict.fromkeys(n for spec in TIMED_TARGETS for n in spec.pair):
+        torch.manual_seed(0)
+        try:
+            models[name] = prepare(target_model(name, size), setup)
+        except Exception as exc:  # noqa: BLE001 - a missing peer leaves its targets open
+            for target, spec in zip(targets, TIMED_TARGETS):
+                if name in spec.pair:
+                    target.note = f'{name}: {describe(exc)}'
     x = make_input(size, setup)
     for mode, make in (('forward', forward_step), ('train', train_step)):
         specs = [(t, spec) for t, spec in zip(targets, TIMED_TARGETS)
-                 if spec[3] == mode and not t.note]
-        names = list(dict.fromkeys(n for _, spec in specs for n in spec[1:3]))
+                 if spec.mode == mode and not t.note]
+        names = list(dict.fromkeys(n for _, spec in specs for n in spec.pair))
         if not names:
             continue
         progress(f'targets {label} {mode}: {", ".join(names)} x {rounds} rounds')
@@ -608,13 +620,11 @@ def timed_targets(size: int, rounds: int, setup: Setup) -> List[Target]:
             for target, _ in specs:
                 target.note = describe(exc)
             continue
-        for target, (_, numerator, denominator, _, _) in specs:
-            per_round = [a / b for a, b in zip(times[numerator], times[denominator])]
+        for target, spec in specs:
+            per_round = [a / b for a, b in zip(times[spec.numerator], times[spec.denominator])]
             target.ratio = statistics.median(per_round)
             target.low, target.high = min(per_round), max(per_round)
-        for model in models.values():
-            model.zero_grad(set_to_none=True)
-    del models
+    del models  # with the gradients of the train rounds
     free_memory(setup.device)
     return targets
 
