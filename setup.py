@@ -3,6 +3,9 @@ import os
 import re
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+from _mmvit5_hook import PTH_LINE, PTH_NAME
 
 here = os.path.dirname(os.path.abspath(__file__))
 
@@ -19,6 +22,23 @@ def read_requirements():
     return names
 
 
+class BuildWithPth(build_py):
+    """Ship ``mmvit5-mmcv-ext.pth`` at the wheel's root, i.e. in site-packages.
+
+    Editable installs take no build outputs beyond the package path; ``tools/install.sh``
+    writes the file for them (``python _mmvit5_hook.py``).
+    """
+
+    def run(self):
+        super().run()
+        self.mkpath(self.build_lib)
+        with open(os.path.join(self.build_lib, PTH_NAME), 'w') as f:
+            f.write(PTH_LINE)
+
+    def get_outputs(self, *args, **kwargs):
+        return super().get_outputs(*args, **kwargs) + [os.path.join(self.build_lib, PTH_NAME)]
+
+
 def read_version():
     with open(os.path.join(here, 'mmvit5', 'version.py')) as f:
         return re.search(r"__version__ = '([^']+)'", f.read()).group(1)
@@ -32,6 +52,8 @@ setup(
     long_description_content_type='text/markdown',
     license='Apache-2.0',
     packages=find_packages(include=['mmvit5', 'mmvit5.*']),
+    py_modules=['_mmvit5_hook'],
+    cmdclass={'build_py': BuildWithPth},
     python_requires='>=3.9',
     install_requires=read_requirements(),
 )
