@@ -49,6 +49,16 @@ def install() -> None:
         sys.meta_path.append(MMCVExtFinder())
 
 
+def mmcv_ops_backend() -> str:
+    """``'compiled'`` when mmcv's own ``_ext`` extension is loaded, else ``'torchvision'``."""
+    import importlib.machinery
+
+    import mmcv._ext
+    loader = mmcv._ext.__spec__.loader
+    return 'compiled' if isinstance(loader, importlib.machinery.ExtensionFileLoader) else \
+        'torchvision'
+
+
 def write_pth(site_packages: str) -> str:
     """Write the start-up file into ``site_packages``; returns its path."""
     path = os.path.join(site_packages, PTH_NAME)
@@ -58,5 +68,6 @@ def write_pth(site_packages: str) -> str:
 
 
 if __name__ == '__main__':
+    # python _mmvit5_hook.py [SITE_PACKAGES]: what tools/install.sh runs after `pip install -e`
     import sysconfig
     print(write_pth(sys.argv[1] if len(sys.argv) > 1 else sysconfig.get_paths()['purelib']))

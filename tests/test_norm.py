@@ -3,6 +3,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from mmvit5.models.layers import norm as norm_module
 from mmvit5.models.layers.norm import RMSNorm
 
 
@@ -18,10 +19,13 @@ def test_rmsnorm_gradcheck_float64():
     assert torch.autograd.gradcheck(norm, (x, ))
 
 
-# float32 takes ATen's fused kernel, bfloat16 the composite; 768 is ViT-B's width (vectorised)
+# float32 takes ATen's fused kernel, bfloat16 the composite; 768 is ViT-B's width (vectorised).
+# fused=False is what a torch without aten::_fused_rms_norm (before 2.9) runs.
+@pytest.mark.parametrize('fused', [True, False])
 @pytest.mark.parametrize('dim', [16, 768])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16])
-def test_rmsnorm_forward_and_backward_equal_composite(dtype, dim):
+def test_rmsnorm_forward_and_backward_equal_composite(dtype, dim, fused, monkeypatch):
+    monkeypatch.setattr(norm_module, 'FUSED_RMS_NORM', fused and norm_module.FUSED_RMS_NORM)
     norm = RMSNorm(dim)
     norm.weight.data.uniform_(0.5, 1.5)
     x = (3 * torch.randn(2, 7, dim)).to(dtype).requires_grad_()

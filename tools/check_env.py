@@ -1,9 +1,10 @@
-"""Check that the pinned mmvit5 stack is installed and usable.
+"""Check that the mmvit5 stack is installed and usable.
 
-Exit status 0 when every ``==`` pin of ``requirements.txt`` is installed at that version,
-mmcv has its compiled ops, the OpenMMLab packages import, and ``mmvit5`` resolves to the
-checkout given by ``--repo``. ``tools/install.sh`` calls this first, so a complete
-environment costs one check and nothing else.
+Exit status 0 when torch and torchvision lie in the supported ranges of ``requirements.txt``,
+every ``==`` pin there is installed at that version, mmcv 2.1.0 imports ``mmcv.ops`` (compiled,
+or served from torchvision by mmvit5's start-up hook, without importing mmvit5), the
+OpenMMLab packages import, and ``mmvit5`` resolves to the checkout given by ``--repo``.
+``tools/install.sh`` calls this first, so a complete environment costs one check.
 """
 import argparse
 import importlib
@@ -12,31 +13,89 @@ import re
 import sys
 from importlib import metadata
 
-IMPORTS = ['torch', 'torchvision', 'mmengine', 'mmcv._ext', 'mmdet', 'mmseg',
-           'mmpretrain', 'fairscale', 'pycocotools', 'ftfy', 'regex']
+MMCV_VERSION = '2.1.0'
+# mmcv.ops before mmvit5: it must import through the .pth hook alone
+IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'fairscale', 'pycocotools',
+           'ftfy', 'regex']
+INSTALL_TORCH = ('pip install torch==2.14.1 torchvision==0.29.1 (or the CUDA build of a torch '
+                 'in the range with its matching torchvision), then rerun bash tools/install.sh')
 
 
-def pinned_versions(requirements: str) -> dict:
-    pins = {}
-    with open(requirements) as f:
+def _version_tuple(version: str) -> tuple:
+    return tuple(int(part) for part in re.findall(r'\d+', version.split('+')[0])[:3])
+
+
+def requirements(path: str) -> dict:
+    """``{name: [(op, version), ...]}`` for the ``==``, ``>=`` and ``<`` lines of a file."""
+    found = {}
+    with open(path) as f:
         for line in f:
-            match = re.match(r'^([A-Za-z0-9_.\-]+)==([^\s#;]+)', line.strip())
+            match = re.match(r'^([A-Za-z0-9_.\-]+)\s*((?:[=<>]=?[^,\s#;]+,?)+)', line.strip())
             if match:
-                pins[match.group(1)] = match.group(2)
-    return pins
+                found[match.group(1)] = re.findall(r'(==|>=|<)([^,\s#;]+)', match.group(2))
+    return found
 
 
-def problems(repo: str) -> list:
+def satisfies(installed: str, specs) -> bool:
+    have = _version_tuple(installed)  # local tags such as 2.14.1+cu130 satisfy 2.14.1
+    checks = {'==': lambda want: have == want, '>=': lambda want: have >= want,
+              '<': lambda want: have < want}
+    return all(checks[op](_version_tuple(version)) for op, version in specs)
+
+
+def torch_problems(reqs: dict) -> list:
     found = []
-    for name, version in pinned_versions(os.path.join(repo, 'requirements.txt')).items():
+    for name in ('torch', 'torchvision'):
+        want = ','.join(op + v for op, v in reqs[name])
         try:
             installed = metadata.version(name)
         except metadata.PackageNotFoundError:
-            found.append(f'{name} is not installed (want {version})')
+            found.append(f'{name} is not installed (supported: {want}): {INSTALL_TORCH}')
             continue
-        # local build tags such as 2.14.1+cu130 still satisfy the pin
-        if installed.split('+')[0] != version:
-            found.append(f'{name} {installed} is installed, want {version}')
+        if not satisfies(installed, reqs[name]):
+            found.append(f'{name} {installed} is outside the supported range {want}: '
+                         f'{INSTALL_TORCH}')
+    if not found:
+        try:
+            import torchvision  # noqa: F401  (a torch/torchvision mismatch fails here)
+        except Exception as exc:  # noqa: BLE001
+            found.append(f'torchvision does not import beside this torch ({exc}): install the '
+                         f'torchvision release made for torch {metadata.version("torch")}')
+    return found
+
+
+def mmcv_problems(mmcv_ops: str) -> list:
+    try:
+        import mmcv
+    except ImportError:
+        return [f'mmcv is not installed (want {MMCV_VERSION})']
+    if mmcv.__version__ != MMCV_VERSION:
+        return [f'mmcv {mmcv.__version__} is installed, want {MMCV_VERSION}']
+    try:
+        importlib.import_module('mmcv.ops')
+        import _mmvit5_hook
+        backend = _mmvit5_hook.mmcv_ops_backend()
+    except Exception as exc:  # noqa: BLE001
+        return [f'import mmcv.ops failed ({type(exc).__name__}: {exc}): mmcv has no compiled '
+                f'ops and mmvit5\'s start-up file is missing; run bash tools/install.sh']
+    if mmcv_ops == 'compiled' and backend != 'compiled':
+        return ['mmcv has no compiled ops (MMCV_OPS=compiled asked for them)']
+    return []
+
+
+def problems(repo: str, mmcv_ops: str) -> list:
+    reqs = requirements(os.path.join(repo, 'requirements.txt'))
+    found = torch_problems(reqs) + mmcv_problems(mmcv_ops)
+    for name, specs in reqs.items():
+        if name in ('torch', 'torchvision') or not any(op == '==' for op, _ in specs):
+            continue
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found.append(f'{name} is not installed (want {specs[0][1]})')
+            continue
+        if not satisfies(installed, specs):
+            found.append(f'{name} {installed} is installed, want {specs[0][1]}')
     for module in IMPORTS + ['mmvit5']:
         try:
             imported = importlib.import_module(module)
@@ -55,19 +114,32 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repo', default=os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), help='mmvit5 checkout (default: this one)')
+    parser.add_argument('--mmcv-ops', choices=('torchvision', 'compiled'), default='torchvision',
+                        help='compiled: require mmcv\'s own compiled ops (torchvision accepts '
+                             'either)')
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument('--torch-only', action='store_true', help='check torch/torchvision only')
+    scope.add_argument('--mmcv-only', action='store_true', help='check mmcv only')
     parser.add_argument('--quiet', action='store_true', help='print nothing, exit status only')
     args = parser.parse_args()
     # the checkout itself must not shadow the installed package during the check
     sys.path = [p for p in sys.path if os.path.realpath(p or '.') != os.path.realpath(args.repo)]
-    found = problems(args.repo)
+    if args.torch_only:
+        found = torch_problems(requirements(os.path.join(args.repo, 'requirements.txt')))
+    elif args.mmcv_only:
+        found = mmcv_problems(args.mmcv_ops)
+    else:
+        found = problems(args.repo, args.mmcv_ops)
     if not args.quiet:
         for line in found:
             print(f'[check_env] {line}')
-        if not found:
+        if not found and not (args.torch_only or args.mmcv_only):
+            import _mmvit5_hook
             import mmcv
             import torch
-            print(f'[check_env] ok: torch {torch.__version__}, mmcv {mmcv.__version__} '
-                  f'with compiled ops, mmdet/mmseg/mmpretrain import, mmvit5 from {args.repo}')
+            print(f'[check_env] ok: torch {torch.__version__}, mmcv {mmcv.__version__} with '
+                  f'{_mmvit5_hook.mmcv_ops_backend()} ops, mmdet/mmseg/mmpretrain import, '
+                  f'mmvit5 from {args.repo}')
     return 1 if found else 0
 
 

@@ -1,105 +1,127 @@
 #!/usr/bin/env bash
-# Install mmvit5 and its pinned OpenMMLab stack into the active Python.
+# Install mmvit5 and its pinned OpenMMLab stack into the active Python. No compiler needed.
 #
-# Idempotent: when everything is already installed this is a quick check and nothing else.
-# Order matters: torch first, then mmcv built from source *against that torch* (no mmcv 2.1.0
-# wheel exists for torch 2.14), then mmdet/mmseg/mmpretrain and the rest.
+# Idempotent: when everything is already installed this is one check and nothing else.
+#   1. torch: an installed torch inside the supported range (requirements.txt) is kept with its
+#      torchvision (GPU users bring their CUDA build); none installed -> the default pair below.
+#   2. mmcv 2.1.0: by default its Python-only build (`MMCV_WITH_OPS=0`, distribution name
+#      `mmcv-lite`, ~15 s); mmvit5 serves the compiled ops it needs from torchvision. With
+#      MMCV_OPS=compiled, its C++ (and with FORCE_CUDA=1, CUDA) ops are built against the
+#      installed torch instead (13-19 min on 2 cores). Either wheel is cached per torch.
+#   3. mmengine, mmdet, mmsegmentation, mmpretrain and the rest of requirements.txt.
+#   4. mmvit5 itself (editable) and its start-up file `mmvit5-mmcv-ext.pth`, which lets every
+#      Python process of the environment import mmcv.ops without compiled ops.
 #
 # Environment:
-#   PYTHON      interpreter to install into (default: python3)
-#   FORCE_CUDA  1 to build mmcv's CUDA ops (a GPU machine with nvcc and a CUDA torch)
-#   MAX_JOBS    parallel compile jobs for mmcv (default: number of cores)
+#   PYTHON        interpreter to install into (default: python3)
+#   MMCV_OPS      torchvision (default) | compiled
+#   FORCE_CUDA    1 to build mmcv's CUDA ops with MMCV_OPS=compiled (needs nvcc matching torch)
+#   MAX_JOBS      parallel compile jobs for MMCV_OPS=compiled (default: number of cores)
 #   MMVIT5_CACHE  where built mmcv wheels are kept (default: ~/.cache/mmvit5)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
+OPS=${MMCV_OPS:-torchvision}
+MMCV_VERSION=2.1.0
+TORCH_DEFAULT=(torch==2.14.1 torchvision==0.29.1)  # the pair CI runs; inside the range
 pip=("$PY" -m pip --disable-pip-version-check -q)
-req="$here/requirements.txt"
-pin() { grep -E "^$1[=<>]" "$req" | head -n 1; }
-
 say() { printf '[install] %s\n' "$*"; }
+case "$OPS" in torchvision|compiled) ;; *)
+  say "MMCV_OPS=$OPS is not a choice: use MMCV_OPS=torchvision (default, no compiler) or MMCV_OPS=compiled"
+  exit 2 ;;
+esac
 
-# 0. Already done? One import check covers versions, compiled ops and this checkout.
-if "$PY" "$here/tools/check_env.py" --quiet --repo "$here" 2>/dev/null; then
+# 0. Already done? One check covers versions, the mmcv ops backend and this checkout.
+if "$PY" "$here/tools/check_env.py" --quiet --repo "$here" --mmcv-ops "$OPS" 2>/dev/null; then
   say "environment already complete (tools/check_env.py); nothing to do"
   exit 0
 fi
+start=$(date +%s)
 
-# 1. torch + build tooling. torch/torchvision are the CPU-machine pins; a GPU user installs
-#    their own CUDA torch first and this step leaves it alone when the versions match.
-say "step 1/4: torch, torchvision, build tools"
-"${pip[@]}" install "$(pin torch)" "$(pin torchvision)" "$(pin setuptools)" wheel ninja psutil
-
-# 2. mmcv with compiled ops, built once per (torch, Python ABI, CUDA) and cached.
-mmcv_pin=$(pin mmcv)
-mmcv_ver=${mmcv_pin#mmcv==}
-if "$PY" -c "import mmcv, mmcv._ext, sys; sys.exit(mmcv.__version__ != '$mmcv_ver')" 2>/dev/null; then
-  say "step 2/4: mmcv $mmcv_ver with compiled ops already installed"
+# 1. torch + torchvision: keep what is installed when check_env accepts it.
+if "$PY" -c "import torch, torchvision" 2>/dev/null; then
+  "$PY" "$here/tools/check_env.py" --repo "$here" --torch-only || exit 1
+  say "step 1/4: keeping torch $("$PY" -c 'import torch; print(torch.__version__)')"
 else
-  key=$("$PY" -c "import sys, sysconfig, torch, os
-cuda = ('cu' + torch.version.cuda.replace('.', '')) if (torch.version.cuda and os.environ.get('FORCE_CUDA') == '1') else 'cpu'
-print(f'torch{torch.__version__}-{sysconfig.get_config_var(\"SOABI\")}-{cuda}'.replace('+', '_'))")
-  cache=${MMVIT5_CACHE:-$HOME/.cache/mmvit5}/mmcv-$mmcv_ver/$key
-  wheel=$(ls "$cache"/mmcv-*.whl 2>/dev/null | head -n 1 || true)
+  say "step 1/4: no torch installed: ${TORCH_DEFAULT[*]}"
+  "${pip[@]}" install "${TORCH_DEFAULT[@]}"
+fi
+
+# 2. mmcv, built once per (flavour, torch, Python ABI, CUDA) and cached.
+if "$PY" "$here/tools/check_env.py" --repo "$here" --mmcv-ops "$OPS" --mmcv-only --quiet 2>/dev/null; then
+  say "step 2/4: mmcv $MMCV_VERSION ($OPS ops) already installed"
+  wheel=""
+else
+  key=$(OPS=$OPS "$PY" -c "import os, sys, sysconfig, torch
+if os.environ['OPS'] == 'torchvision':
+    print('lite')  # pure Python: one wheel serves every torch
+else:
+    cuda = 'cu' + torch.version.cuda.replace('.', '') if torch.version.cuda and os.environ.get('FORCE_CUDA') == '1' else 'cpu'
+    print(f'torch{torch.__version__}-{sysconfig.get_config_var(\"SOABI\")}-{cuda}'.replace('+', '_'))")
+  cache=${MMVIT5_CACHE:-$HOME/.cache/mmvit5}/mmcv-$MMCV_VERSION/$key
+  wheel=$(ls "$cache"/mmcv*.whl 2>/dev/null | head -n 1 || true)
   if [ -z "$wheel" ]; then
+    # a fresh Python's setuptools may predate its own bdist_wheel; ninja parallelises the C++
+    "${pip[@]}" install "$(grep -E '^setuptools' "$here/requirements.txt")" wheel \
+      $([ "$OPS" = compiled ] && echo ninja)
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
-    say "step 2/4: building mmcv $mmcv_ver from source against $key (about 13 min on 2 cores)"
-    "${pip[@]}" download --no-deps --no-binary :all: --no-build-isolation "$mmcv_pin" -d "$build"
-    tar -xzf "$build"/mmcv-"$mmcv_ver".tar.gz -C "$build"
-    src="$build/mmcv-$mmcv_ver"
-    # torch >= 2.10's ATen headers refuse anything below C++20; mmcv 2.1.0 hard-codes C++17.
-    "$PY" - "$src/setup.py" <<'PYEOF'
-import re, sys
+    "${pip[@]}" download --no-deps --no-binary :all: --no-build-isolation "mmcv==$MMCV_VERSION" -d "$build"
+    tar -xzf "$build/mmcv-$MMCV_VERSION.tar.gz" -C "$build"
+    src="$build/mmcv-$MMCV_VERSION"
+    log="$build/build.log"
+    if [ "$OPS" = torchvision ]; then
+      say "step 2/4: building mmcv $MMCV_VERSION without compiled ops (seconds)"
+      (cd "$src" && MMCV_WITH_OPS=0 "$PY" setup.py bdist_wheel -d "$build/dist" >"$log" 2>&1) \
+        || { tail -n 40 "$log"; say "mmcv build failed"; exit 1; }
+    else
+      # torch >= 2.10's ATen headers refuse anything below C++20; mmcv 2.1.0 hard-codes C++17.
+      "$PY" - "$src/setup.py" <<'PYEOF'
+import sys
+import torch
 path = sys.argv[1]
 text = open(path).read()
-import torch
-major, minor = (int(v) for v in torch.__version__.split('.')[:2])
-if (major, minor) >= (2, 10):
+if tuple(int(v) for v in torch.__version__.split('.')[:2]) >= (2, 10):
     text = text.replace("'-std=c++17'", "'-std=c++20'").replace("'/std:c++17'", "'/std:c++20'")
 open(path, 'w').write(text)
 PYEOF
-    log="$build/build.log"
-    say "compiler log: $log (progress below: [done/total] objects)"
-    (
-      cd "$src"
-      MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} "$PY" setup.py bdist_wheel -d "$build/dist" >"$log" 2>&1
-    ) &
-    pid=$!
-    start=$(date +%s)
-    last=""
-    while kill -0 "$pid" 2>/dev/null; do
-      sleep 20
-      cur=$(grep -oE '^\[[0-9]+/[0-9]+\]' "$log" | tail -n 1 || true)
-      [ "$cur" != "$last" ] && say "mmcv build ${cur:-configuring} after $(($(date +%s) - start)) s" || true
-      last=$cur
-    done
-    if ! wait "$pid"; then
-      tail -n 40 "$log"
-      say "mmcv build failed; full log kept at $log"
-      trap - EXIT
-      exit 1
+      say "step 2/4: compiling mmcv $MMCV_VERSION against $key (about 13 min on 2 cores)"
+      say "compiler log: $log (progress below: [done/total] objects)"
+      (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+        "$PY" setup.py bdist_wheel -d "$build/dist" >"$log" 2>&1) &
+      pid=$!
+      last=""
+      while kill -0 "$pid" 2>/dev/null; do
+        sleep 20
+        cur=$(grep -oE '^\[[0-9]+/[0-9]+\]' "$log" | tail -n 1 || true)
+        [ "$cur" != "$last" ] && say "mmcv build ${cur:-configuring} after $(($(date +%s) - start)) s" || true
+        last=$cur
+      done
+      wait "$pid" || { tail -n 40 "$log"; say "mmcv build failed; log kept at $log"; trap - EXIT; exit 1; }
     fi
     mkdir -p "$cache"
-    cp "$build"/dist/mmcv-*.whl "$cache"/
-    wheel=$(ls "$cache"/mmcv-*.whl | head -n 1)
+    cp "$build"/dist/mmcv*.whl "$cache"/
+    wheel=$(ls "$cache"/mmcv*.whl | head -n 1)
     say "built $wheel"
   else
     say "step 2/4: reusing mmcv wheel built for $key: $wheel"
   fi
-  # --no-cache-dir: pip's own wheel cache does not key on the torch version.
-  "${pip[@]}" install --no-cache-dir --force-reinstall --no-deps "$wheel"
+  # mmcv and mmcv-lite install the same `mmcv` package: remove either before the other lands
+  "${pip[@]}" uninstall -y mmcv mmcv-lite >/dev/null 2>&1 || true
 fi
 
-# 3. The rest of the pinned stack (mmcv is already satisfied, so pip never builds it again;
-#    this also brings mmcv's own runtime dependencies, e.g. opencv, which `import mmcv` needs).
+# 3. The rest of the pinned stack, resolved together with the new mmcv wheel (its runtime
+#    dependencies, e.g. opencv, come with it). --no-cache-dir: pip's wheel cache does not key
+#    on the torch version.
 say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, fairscale and helpers"
-"${pip[@]}" install -r "$req"
-"$PY" -c "import mmcv._ext" || { say "mmcv installed without compiled ops (mmcv._ext missing)"; exit 1; }
+"${pip[@]}" install --no-cache-dir -r "$here/requirements.txt" ${wheel:+"$wheel"}
 
-# 4. mmvit5 itself, editable, so custom_imports=['mmvit5'] works from any directory.
-say "step 4/4: mmvit5 (editable)"
+# 4. mmvit5 itself, editable, so custom_imports=['mmvit5'] works from any directory, and the
+#    start-up file (editable installs carry no files outside the package path).
+say "step 4/4: mmvit5 (editable) and its mmcv.ops start-up file"
 "${pip[@]}" install --no-deps --no-build-isolation -e "$here"
+"$PY" "$here/_mmvit5_hook.py" >/dev/null
 
-"$PY" "$here/tools/check_env.py" --repo "$here"
+"$PY" "$here/tools/check_env.py" --repo "$here" --mmcv-ops "$OPS"
+say "done in $(($(date +%s) - start)) s"

@@ -133,7 +133,9 @@ def nms(boxes: Tensor, scores: Tensor, iou_threshold: float, offset: int) -> Ten
     if offset:
         ranked = ranked + ranked.new_tensor([0, 0, offset, offset])
     rank = torch.arange(ranked.shape[0], 0, -1, dtype=ranked.dtype, device=ranked.device)
-    return order[torchvision.ops.nms(ranked, rank, float(iou_threshold))]
+    # mmcv compares a float IoU with a float threshold; torchvision takes a double
+    threshold = torch.tensor(iou_threshold, dtype=torch.float32).item()
+    return order[torchvision.ops.nms(ranked, rank, threshold)]
 
 
 def _grads_by_autograd(fn, inputs, grad_output: Tensor, grads_out) -> None:

@@ -10,6 +10,10 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
+# ATen's one-pass RMSNorm (torch >= 2.9); older torch in the supported range takes the composite
+FUSED_RMS_NORM = hasattr(torch.ops.aten, '_fused_rms_norm')
+
+
 class _RMSNormFunction(torch.autograd.Function):
     """RMSNorm that keeps only its input and 1/rms for the backward pass.
 
@@ -20,7 +24,7 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        if x.dtype == weight.dtype == _compute_dtype(x):
+        if FUSED_RMS_NORM and x.dtype == weight.dtype == _compute_dtype(x):
             # no intermediate rounding to reproduce: ATen's one-pass kernel (half the time of
             # the composite on CPU) gives the same bits as the released formula
             out, rstd = torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)
