@@ -1,0 +1,125 @@
+"""The CUDA path (``pytest -m cuda``; tools/gpu_check.sh runs these on a GPU machine).
+
+Every test compares CUDA against the CPU result of the same weights and inputs, so a wrong
+kernel, a silent fallback or a dtype slip fails. Without CUDA the module is skipped.
+"""
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from mmcv.ops import batched_nms, nms, roi_align
+from mmvit5.models import ViT5
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA device')]
+
+TINY = dict(embed_dim=128, depth=4, num_heads=4)
+
+
+@pytest.fixture(autouse=True)
+def exact_float32():
+    """TF32 matmuls would make CUDA float32 differ from CPU by ~1e-3."""
+    previous = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous
+
+
+def build(**kwargs):
+    """A seeded ViT5 with LayerScale far from its init (built, not deep-copied: fairscale's
+    checkpoint wrapper keeps a reference to the module it wrapped)."""
+    torch.manual_seed(0)
+    model = ViT5(arch=TINY, img_size=64, out_indices=(1, 3), **kwargs).eval()
+    model.init_weights()
+    for name, param in model.named_parameters():
+        if 'gamma' in name:
+            param.data.uniform_(0.5, 1.5)
+    return model
+
+
+def pair(**kwargs):
+    """The same ViT5 on CPU and on CUDA."""
+    return build(**kwargs), build(**kwargs).cuda()
+
+
+@pytest.mark.parametrize('window_size', [0, 4])
+def test_vit5_cuda_equals_cpu_float32(window_size):
+    cpu, gpu = pair(window_size=window_size, global_attn_indices=(3, ))
+    x = torch.randn(2, 3, 96, 128)
+    with torch.no_grad():
+        for a, b in zip(cpu(x), gpu(x.cuda())):
+            torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_autocast_finite_and_close(dtype):
+    _, gpu = pair()
+    x = torch.randn(2, 3, 128, 128, device='cuda')
+    with torch.no_grad():
+        full = gpu(x)
+        with torch.autocast('cuda', dtype=dtype):
+            half = gpu(x)
+    for a, b in zip(full, half):
+        assert torch.isfinite(b).all()
+        rel = (b.float() - a).norm() / a.norm()
+        assert rel < 3e-2, f'{dtype}: relative error {rel:.3g}'
+
+
+@pytest.mark.parametrize('window_size', [0, 4])
+def test_fused_attention_kernel_is_selected(window_size):
+    """With the math fallback excluded, SDPA raises if no fused kernel takes the call."""
+    _, gpu = pair(window_size=window_size, global_attn_indices=(3, ))
+    x = torch.randn(2, 3, 128, 128, device='cuda')
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+             SDPBackend.CUDNN_ATTENTION]
+    with torch.no_grad(), torch.autocast('cuda', dtype=torch.bfloat16), sdpa_kernel(fused):
+        assert all(torch.isfinite(out).all() for out in gpu(x))
+
+
+def test_with_cp_gradients_equal_plain():
+    _, plain = pair()
+    _, ckpt = pair(with_cp=True)
+    plain.train(), ckpt.train()
+    x = torch.randn(2, 3, 96, 96, device='cuda')
+    for model in (plain, ckpt):
+        sum(out.float().pow(2).mean() for out in model(x)).backward()
+    for (name, a), b in zip(plain.named_parameters(), ckpt.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('channels_last', [False, True])
+def test_roi_align_cuda_equals_cpu(dtype, channels_last):
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 40, 56)
+    rois = torch.tensor([[0, 3.2, 4.1, 60.5, 44.0], [1, -8.0, 10.0, 30.0, 90.0],
+                         [1, 100.0, 60.0, 130.0, 95.0]])
+    xc = x.cuda().to(dtype)
+    if channels_last:
+        xc = xc.to(memory_format=torch.channels_last)
+    xc.requires_grad_()
+    xr = x.to(dtype).float().requires_grad_()
+    out = roi_align(xc, rois.cuda().to(dtype), 7, 0.5, 0, 'avg', True)
+    ref = roi_align(xr, rois.to(dtype).float(), 7, 0.5, 0, 'avg', True)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out.float().cpu(), ref, **tol)
+    grad = torch.randn_like(ref)
+    out.backward(grad.cuda().to(dtype))
+    ref.backward(grad)
+    torch.testing.assert_close(xc.grad.float().cpu(), xr.grad, **tol)
+
+
+def test_nms_cuda_equals_cpu():
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(2000, 2, generator=g) * 200
+    boxes = torch.cat([xy, xy + torch.rand(2000, 2, generator=g) * 60 + 1], 1).round()
+    # distinct scores: tied ones are visited in each device's own sort order, as in mmcv
+    scores = torch.randperm(2000, generator=g).float() / 2000
+    labels = torch.randint(0, 10, (2000, ), generator=g)
+    for offset in (0, 1):
+        assert torch.equal(nms(boxes.cuda(), scores.cuda(), 0.6, offset=offset)[1].cpu(),
+                           nms(boxes, scores, 0.6, offset=offset)[1])
+    cfg = dict(type='nms', iou_threshold=0.5)
+    dets_gpu, _ = batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), cfg)
+    dets_cpu, _ = batched_nms(boxes, scores, labels, cfg)
+    assert torch.equal(dets_gpu.cpu(), dets_cpu)
