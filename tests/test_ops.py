@@ -3,7 +3,6 @@
 References are written here from the ops' definitions (bilinear RoIAlign sampling, greedy NMS in
 mmcv's visiting order), not taken from the backend under test.
 """
-import importlib.util
 import math
 import os
 import re
@@ -18,8 +17,17 @@ import _mmvit5_hook
 from mmcv.ops import MultiScaleDeformableAttention, batched_nms, nms, roi_align
 from mmcv.ops.multi_scale_deform_attn import (MultiScaleDeformableAttnFunction,
                                               multi_scale_deformable_attn_pytorch)
+from mmvit5.ops.parity import served_backend, use_backend
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVED = served_backend()
+
+
+@pytest.fixture(autouse=True)
+def served_ops():
+    """mmcv.ops calls go to mmvit5's backend even where compiled mmcv is installed."""
+    with use_backend(SERVED):
+        yield
 
 
 # ----------------------------------------------------------------------------- RoIAlign
@@ -273,20 +281,12 @@ def test_hook_never_shadows_a_real_extension(tmp_path):
 
 
 # ----------------------------------------------------------------------------- vs compiled mmcv
-def served_backend():
-    """mmvit5's backend loaded under a name of its own, beside whatever mmcv._ext is."""
-    spec = importlib.util.spec_from_file_location('mmvit5_served_ext', _mmvit5_hook.backend_path())
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.skipif(_mmvit5_hook.mmcv_ops_backend() != 'compiled',
                     reason='compiled mmcv is not installed (MMCV_OPS=compiled bash '
                            'tools/install.sh): nothing to compare the torchvision backend with')
 def test_served_ops_equal_compiled_mmcv():
     import mmcv._ext as compiled
-    served = served_backend()
+    served = SERVED
     torch.manual_seed(0)
     x = torch.randn(2, 8, 24, 32)
     rois = ROIS.float()

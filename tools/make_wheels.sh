@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Collect, on a machine with network, the wheels that tools/gpu_check.sh installs on a CUDA
+# machine that has Python, torch and torchvision but no network and no OpenMMLab packages.
+#
+#   bash tools/make_wheels.sh [OUT=.whl] [PYTHON_VERSION=3.12]
+#
+# Versions are the ones installed here (the tested stack). Pure-Python packages come as
+# py3 wheels (built here from sdists where PyPI has no wheel: mmcv-lite, fairscale, fvcore);
+# the two compiled ones (pycocotools, shapely) are fetched for PYTHON_VERSION on manylinux
+# x86_64. numpy, scipy, matplotlib, opencv(-headless), pillow, pyyaml, regex, rich, tqdm,
+# pytest, onnx and onnxruntime are expected on the GPU machine already (they are on the
+# H200 image this project is lent); the bundle stays well under 64 MiB.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=$(mkdir -p "${1:-$here/.whl}" && cd "${1:-$here/.whl}" && pwd)
+pyver=${2:-3.12}
+PY=${PYTHON:-python3}
+pip=("$PY" -m pip --disable-pip-version-check -q)
+PURE=(mmengine mmdet mmsegmentation mmpretrain fairscale ftfy wcwidth fvcore iopath yacs
+      termcolor addict yapf platformdirs terminaltables prettytable mat4py modelindex
+      model-index ordered-set importlib-metadata timm einops)
+BINARY=(pycocotools shapely)
+version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
+
+rm -f "$out"/*.whl
+for name in "${PURE[@]}"; do
+  "${pip[@]}" wheel --no-deps -w "$out" "$name==$(version "$name")"
+done
+for name in "${BINARY[@]}"; do
+  "${pip[@]}" download --no-deps --only-binary=:all: -d "$out" --python-version "$pyver" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 "$name==$(version "$name")"
+done
+# mmcv's Python-only wheel, as tools/install.sh builds and caches it
+lite=$(ls "${MMVIT5_CACHE:-$HOME/.cache/mmvit5}"/mmcv-2.1.0/lite/mmcv*.whl 2>/dev/null | head -n 1)
+[ -n "$lite" ] || { echo "[make_wheels] no cached mmcv-lite wheel: run bash tools/install.sh first"; exit 1; }
+cp "$lite" "$out"/
+echo "[make_wheels] $(ls "$out"/*.whl | wc -l) wheels, $(du -sh "$out" | cut -f1) in $out"
