@@ -1,4 +1,6 @@
 """ViT5 backbone: parity with the reference math, resolution handling, outputs, training."""
+import copy
+
 import pytest
 import torch
 
@@ -205,6 +207,23 @@ def test_activation_checkpointing_matches_plain_path(released, cp_impl):
     out_cp.square().mean().backward()
     for (name, p), q in zip(plain.named_parameters(), ckpt.parameters()):
         assert torch.allclose(p.grad, q.grad, atol=1e-6, rtol=1e-5), name
+
+
+@pytest.mark.parametrize('cp_impl', ['fairscale', 'torch'])
+def test_deep_copy_of_checkpointed_model_computes_with_its_own_weights(released, cp_impl):
+    """mmengine's EMA deep-copies the model; fairscale's wrapper must not tie the copy to it."""
+    _, path = released
+    model = build(path, with_cp=True, cp_impl=cp_impl).train()
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+    x = torch.randn(1, 3, IMG, IMG)
+    twin(x)[0].sum().backward()
+    assert all(p.grad is None for p in model.parameters())
+    assert all(p.grad is not None for p in twin.blocks.parameters())
+    with torch.no_grad():
+        assert not torch.allclose(twin(x)[0], model(x)[0])
 
 
 def test_drop_path_schedules():

@@ -4,6 +4,7 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 -> ``[cls, patches, registers]`` -> blocks (RoPE from one cached table per grid)
 -> strip the class token and registers -> (B, C, H, W) per ``out_indices`` entry.
 """
+import copy
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -310,6 +311,26 @@ class ViT5(BaseModule):
         from fairscale.nn.checkpoint import checkpoint_wrapper
         for block in self.blocks:
             checkpoint_wrapper(block)
+
+    def __deepcopy__(self, memo: dict) -> 'ViT5':
+        """A copy whose checkpointed blocks compute with the copy's own weights.
+
+        fairscale binds each wrapped block's ``forward`` to a weak reference of that block, and
+        a deep copy shares the reference: the copy (mmengine's EMA model, for one) would run
+        the original's blocks. The bound forwards are left out of the copy and re-made for it.
+        """
+        forwards = [block.__dict__.pop('forward', None) for block in self.blocks]
+        try:
+            new = self.__class__.__new__(self.__class__)
+            memo[id(self)] = new
+            new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        finally:
+            for block, forward in zip(self.blocks, forwards):
+                if forward is not None:
+                    block.forward = forward
+        if any(f is not None for f in forwards):
+            new._wrap_checkpointing()
+        return new
 
     def _run_block(self, block: Block, x: torch.Tensor, rope: torch.Tensor,
                    grid: Tuple[int, int]) -> torch.Tensor:
