@@ -26,8 +26,7 @@ def exact_float32():
 
 
 def build(**kwargs):
-    """A seeded ViT5 with LayerScale far from its init (built, not deep-copied: fairscale's
-    checkpoint wrapper keeps a reference to the module it wrapped)."""
+    """A seeded ViT5 with LayerScale far from its init."""
     torch.manual_seed(0)
     model = ViT5(arch=TINY, img_size=64, out_indices=(1, 3), **kwargs).eval()
     model.init_weights()
