@@ -5,7 +5,6 @@ mmcv's visiting order), not taken from the backend under test.
 """
 import math
 import os
-import re
 import subprocess
 import sys
 
@@ -308,41 +307,3 @@ def test_served_ops_equal_compiled_mmcv():
         assert torch.equal(compiled.nms(boxes, scores, iou_threshold=0.5, offset=offset),
                            served.nms(boxes, scores, 0.5, offset))
 
-
-# ----------------------------------------------------------------------------- mmdet on its own
-def test_plain_mmdet_mask_rcnn_trains_with_mmdets_own_tool(toy_root, tmp_path):
-    """A ResNet Mask R-CNN config that never mentions mmvit5, through mmdet's tools/train.py:
-    RoIAlign and NMS come from the start-up hook alone."""
-    import mmdet
-    data = toy_root / 'data' / 'toy' / 'coco'
-    cfg = tmp_path / 'mask-rcnn_r18_toy.py'
-    cfg.write_text(f'''
-_base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
-model = dict(backbone=dict(depth=18, init_cfg=None), neck=dict(in_channels=[64, 128, 256, 512]),
-             roi_head=dict(bbox_head=dict(num_classes=3), mask_head=dict(num_classes=3)),
-             train_cfg=dict(rpn_proposal=dict(nms_pre=300, max_per_img=100),
-                            rcnn=dict(sampler=dict(num=64))),
-             test_cfg=dict(rpn=dict(nms_pre=300, max_per_img=100)))
-pipeline = [dict(type='LoadImageFromFile'),
-            dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-            dict(type='Resize', scale=(128, 128), keep_ratio=True), dict(type='PackDetInputs')]
-dataset = dict(data_root='{data}/', metainfo=dict(classes=('rectangle', 'ellipse', 'triangle')),
-               pipeline=pipeline, indices=4)
-train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False, dataset=dataset)
-val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                      dataset=dict(dataset, indices=2))
-test_dataloader = val_dataloader
-val_evaluator = dict(ann_file='{data}/annotations/instances_val2017.json')
-test_evaluator = val_evaluator
-train_cfg = dict(max_epochs=1)
-default_hooks = dict(logger=dict(interval=1))
-''')
-    train = os.path.join(os.path.dirname(mmdet.__file__), '.mim', 'tools', 'train.py')
-    out = python(f'import runpy, sys\n'
-                 f'sys.argv = [{train!r}, {str(cfg)!r}, "--work-dir", {str(tmp_path / "w")!r}]\n'
-                 f'runpy.run_path({train!r}, run_name="__main__")\n'
-                 f'print("mmvit5 imported:", "mmvit5" in sys.modules)\n', OMP_NUM_THREADS='2')
-    assert 'mmvit5 imported: False' in out
-    log = open(next((tmp_path / 'w').glob('*/*.log'))).read()
-    assert re.search(r'Epoch\(train\).*loss_mask: [0-9.]+', log), log[-3000:]
-    assert re.search(r'coco/segm_mAP: [0-9.]+', log), log[-3000:]
