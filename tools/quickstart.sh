@@ -15,7 +15,9 @@ cd "$out"
 progress() {
   awk -v name="$1" '/Iter\(train\)/ {
     it = eta = loss = "?"
-    if (match($0, /\[ *[0-9]+\/[0-9]+\]/)) { it = substr($0, RSTART + 1, RLENGTH - 2); gsub(/ /, "", it) }
+    if (match($0, /\[ *[0-9]+\/[0-9]+\]/)) {
+      it = substr($0, RSTART + 1, RLENGTH - 2); gsub(/ /, "", it)
+    }
     if (match($0, /eta: [^ ]+/)) eta = substr($0, RSTART + 5, RLENGTH - 5)
     if (match($0, / loss: [^ ]+/)) loss = substr($0, RSTART + 7, RLENGTH - 7)
     printf "[quickstart] %s iter %s  loss %s  eta %s\n", name, it, loss, eta; fflush()
