@@ -32,31 +32,25 @@ class Anchor(NamedTuple):
     config: Optional[str] = None  # None: a reference row with no mmvit5 counterpart
 
 
+COCO, ADE = 'COCO box / mask AP', 'ADE20K mIoU'
+SIZES = (('S', '-s'), ('B', ''), ('L', '-l'))  # name and config prefix
 ANCHORS = (
-    Anchor('COCO box / mask AP', 'ViTDet ViT-B Mask R-CNN (MAE, 100 ep)',
+    Anchor(COCO, 'ViTDet ViT-B Mask R-CNN (MAE, 100 ep)',
            '51.6 / 45.9 (detectron2), 51.6 / 45.7 (mmdet)'),
-    Anchor('COCO box / mask AP', 'ViTDet ViT-B Cascade Mask R-CNN (MAE, 100 ep)', '54.0 / 46.7'),
-    Anchor('COCO box / mask AP', 'ViT5-S Mask R-CNN', '(no COCO figure in the paper)',
-           'vit5-s_maskrcnn_coco.py'),
-    Anchor('COCO box / mask AP', 'ViT5-B Mask R-CNN', '(no COCO figure in the paper)',
-           'vit5_maskrcnn_coco.py'),
-    Anchor('COCO box / mask AP', 'ViT5-L Mask R-CNN', '(no COCO figure in the paper)',
-           'vit5-l_maskrcnn_coco.py'),
-    Anchor('COCO box / mask AP', 'ViT5-S Cascade Mask R-CNN', '(no COCO figure in the paper)',
-           'vit5-s_cascade-maskrcnn_coco.py'),
-    Anchor('COCO box / mask AP', 'ViT5-B Cascade Mask R-CNN', '(no COCO figure in the paper)',
-           'vit5_cascade-maskrcnn_coco.py'),
-    Anchor('COCO box / mask AP', 'ViT5-L Cascade Mask R-CNN', '(no COCO figure in the paper)',
-           'vit5-l_cascade-maskrcnn_coco.py'),
-    Anchor('ADE20K mIoU', 'DeiT-III-B UperNet', "49.3 (ViT-5 paper's DeiT-III row)"),
-    Anchor('ADE20K mIoU', 'BEiT-B UperNet (640 crops, mmseg)', '53.1'),
-    Anchor('ADE20K mIoU', 'MAE-B UperNet (512 crops)', '48.1 (MAE paper)'),
-    Anchor('ADE20K mIoU', 'ViT5-S UperNet', '(not in the paper)', 'vit5-s_upernet_ade20k.py'),
-    Anchor('ADE20K mIoU', 'ViT5-B UperNet', '(not in the paper)', 'vit5_upernet_ade20k.py'),
-    Anchor('ADE20K mIoU', 'ViT5-B UperNet, 384 checkpoint', '(not in the paper)',
+    Anchor(COCO, 'ViTDet ViT-B Cascade Mask R-CNN (MAE, 100 ep)', '54.0 / 46.7'),
+    *(Anchor(COCO, f'ViT5-{size} {head}', '(no COCO figure in the paper)',
+             f'vit5{prefix}_{name}_coco.py')
+      for head, name in (('Mask R-CNN', 'maskrcnn'), ('Cascade Mask R-CNN', 'cascade-maskrcnn'))
+      for size, prefix in SIZES),
+    Anchor(ADE, 'DeiT-III-B UperNet', "49.3 (ViT-5 paper's DeiT-III row)"),
+    Anchor(ADE, 'BEiT-B UperNet (640 crops, mmseg)', '53.1'),
+    Anchor(ADE, 'MAE-B UperNet (512 crops)', '48.1 (MAE paper)'),
+    Anchor(ADE, 'ViT5-S UperNet', '(not in the paper)', 'vit5-s_upernet_ade20k.py'),
+    Anchor(ADE, 'ViT5-B UperNet', '(not in the paper)', 'vit5_upernet_ade20k.py'),
+    Anchor(ADE, 'ViT5-B UperNet, 384 checkpoint', '(not in the paper)',
            'vit5-b384_upernet_ade20k.py'),
-    Anchor('ADE20K mIoU', 'ViT5-L UperNet', '52.0 (ViT-5 paper)', 'vit5-l_upernet_ade20k.py'),
-    Anchor('ADE20K mIoU', 'ViT5-L UperNet, 384 checkpoint', '(not in the paper)',
+    Anchor(ADE, 'ViT5-L UperNet', '52.0 (ViT-5 paper)', 'vit5-l_upernet_ade20k.py'),
+    Anchor(ADE, 'ViT5-L UperNet, 384 checkpoint', '(not in the paper)',
            'vit5-l384_upernet_ade20k.py'),
 )
 
@@ -172,7 +166,7 @@ def results_table(runs: Sequence[Run]) -> str:
         lines.append(f'| {anchor.task} | {anchor.model} | {anchor.published} | {config} | '
                      f'{measured} | {run.commit if run else "-"} |')
     for run in latest.values():
-        task = 'ADE20K mIoU' if 'mIoU' in run.metrics else 'COCO box / mask AP'
+        task = ADE if 'mIoU' in run.metrics else COCO
         lines.append(f'| {task} | (not a shipped recipe) | - | `{run.config}` | '
                      f'{format_metrics(run)} | {run.commit} |')
     return '\n'.join(lines)
