@@ -109,8 +109,8 @@ def shrink_model(model: ConfigDict, embed_dim: int = 32, depth: int = 4, num_hea
     """Shrink a ViT5 detector/segmentor config in place for smoke runs, keeping its layout.
 
     The backbone becomes ``embed_dim`` x ``depth`` without pretrained weights; ``out_indices``
-    keep their relative depths and, with windowed attention, only the last block stays global
-    (scaled, ViTDet's every-third-block layout would make every block of a shallow model
+    keep their relative depths; with windowed attention only the last block stays global
+    (ViTDet's every-third-block layout, scaled, would make every block of a shallow model
     global). The neck and every head get width ``width``; the widths that must agree are then
     synchronised (:func:`sync_widths`).
     """
