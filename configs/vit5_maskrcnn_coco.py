@@ -40,7 +40,10 @@ model = dict(
         drop_path_rate=0.1,
         drop_path_schedule='linear',
         # ViTDet's layout; ViTDet adds decomposed relative position bias to every block,
-        # ViT-5 has RoPE (+ its absolute embedding) instead, so nothing is added
+        # ViT-5 has RoPE (+ its absolute embedding) instead, so nothing is added. ViTDet has
+        # no extra tokens; ViT-5's class token and 4 registers are part of its pretrained
+        # computation, so they stay (attending globally in windowed blocks) and are stripped
+        # from the output map
         window_size=14,
         global_attn_indices=(2, 5, 8, 11),
         rope_mode='interpolate',
@@ -96,7 +99,9 @@ param_scheduler = [
     dict(type='MultiStepLR', begin=0, end=max_iters, by_epoch=False,
          milestones=[163889, 177546], gamma=0.1),
 ]
-# fp16 with dynamic loss scale, as ViTDet (tools switch to bf16 autocast without CUDA).
+# fp16 with dynamic loss scale, as ViTDet (tools switch to bf16 autocast without CUDA);
+# mmdet's ViTDet also compresses DDP gradients to fp16 (Fp16CompresssionHook, not in mmdet's
+# wheel): a communication saving, left out.
 # ViTDet exempts norms and pos_embed from weight decay; ours also biases, LayerScale gammas
 # and the class/register tokens (every 1-D tensor, as BEiT/MAE fine-tuning does).
 optim_wrapper = dict(
