@@ -1,6 +1,8 @@
 # ViT5-B UperNet on ADE20K, 512x512 crops, 160k iterations (BEiT/MAE recipe): features from
 # blocks 4, 6, 8 and 12 turned into strides 4-32 by the simple pyramid, AdamW with layer-wise
 # lr decay 0.65. Total batch size 16 (8 GPUs x 2 images); scale lr linearly for another batch.
+# Row by row against mmseg's mae-base_upernet_8xb2-amp-160k_ade20k-512x512 and
+# beit-base_upernet_8xb2-160k_ade20k-640x640: README, "Recipe diff".
 _base_ = [
     'mmseg::upernet/upernet_r50_4xb4-160k_ade20k-512x512.py',
     './_base_/vit5_pretrained.py',
@@ -25,12 +27,15 @@ model = dict(
         drop_path_rate=0.1,
         rope_mode='interpolate',
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # BEiT/MAE: Feature2Pyramid (deconvs / max-pool only); ours adds ViTDet's LN'd 1x1 + 3x3
+    # convs per level, the same neck as the detectors
     neck=dict(
         type='SimpleFeaturePyramid',
         in_channels=[embed_dim] * 4,
         out_channels=embed_dim,
         scale_factors=(4.0, 2.0, 1.0, 0.5),
         num_outs=4),
+    # BEiT/MAE: 768 decoder channels; 512 is mmseg's UperNet default (ResNet configs)
     decode_head=dict(in_channels=[embed_dim] * 4, channels=512, num_classes=150),
     auxiliary_head=dict(in_channels=embed_dim, in_index=2, num_classes=150),
     test_cfg=dict(mode='slide', crop_size=crop_size, stride=(341, 341)))

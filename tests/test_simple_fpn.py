@@ -26,6 +26,13 @@ def test_multi_layer_input_uses_one_input_per_level():
         neck(inputs[:2])
 
 
+def test_backbone_width_mismatch_names_the_width_to_set():
+    neck = SimpleFeaturePyramid(in_channels=768, out_channels=8)
+    with pytest.raises(ValueError, match=r"in_channels \[768, 768, 768, 768\] but the backbone "
+                                         r"gives \[384, 384, 384, 384\].*embed_dim \(384\)"):
+        neck((torch.randn(1, 384, 4, 4), ))
+
+
 def test_backbone_to_neck_shapes_non_square():
     backbone = ViT5(arch=dict(embed_dim=64, depth=2, num_heads=2), img_size=64,
                     out_indices=(0, 1, 1, 1)).eval()

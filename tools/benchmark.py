@@ -39,25 +39,25 @@ Example: ``python tools/benchmark.py --models vit5-s,vit5-b --sizes 224,512,1024
 ``--quick`` is the CI smoke preset.
 """
 import argparse
-import contextlib
 import gc
 import importlib
 import importlib.util
 import json
-import math
 import os
 import statistics
 import sys
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
+
+from mmvit5.benchmark.batches import fake_batch  # noqa: E402
+from mmvit5.benchmark.measure import count_flops, cpu_step_peak_bytes, tensor_bytes  # noqa: E402
 
 VIT5_ARCHS = {'vit5-s': 'small', 'vit5-b': 'base', 'vit5-l': 'large'}
 BASELINE = 'timm-vit-b'
@@ -220,41 +220,6 @@ def time_step(step: Callable[[], None], setup: Setup, warmup: int,
     return times
 
 
-def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-@contextlib.contextmanager
-def native_stderr_silenced():
-    """Point fd 2 at /dev/null: kineto writes banner lines there that no env var turns off."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(os.devnull, 'w') as null:
-        os.dup2(null.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def cpu_step_peak_bytes(step: Callable[[], None]) -> int:
-    """Highest live CPU tensor bytes above the starting point during one ``step``."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    with native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU],
-                                           profile_memory=True) as prof:
-        step()
-    # allocator events in time order; the running sum is the live-bytes curve
-    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
-                    if e.name() == '[memory]' and e.device_type() == DeviceType.CPU)
-    live = peak = 0
-    for _, nbytes in events:
-        live += nbytes
-        peak = max(peak, live)
-    return peak
-
-
 def peak_memory_mib(step: Callable[[], None], model: nn.Module, live: Sequence[torch.Tensor],
                     setup: Setup) -> float:
     """Peak memory of one step, see the module docstring for what each device counts."""
@@ -300,41 +265,6 @@ def matmul_gflop_s(setup: Setup, n: int) -> float:
     b = torch.randn(n, n, device=setup.device, dtype=setup.dtype)
     times = time_step(lambda: torch.mm(a, b), setup, warmup=2, repeats=max(setup.repeats, 5))
     return 2 * n**3 / (statistics.median(times) / 1e3) / 1e9
-
-
-# ----------------------------------------------------------------------------- FLOPs
-def flop_analyzer() -> Tuple[type, Callable]:
-    """fvcore's analyzer and shape helper, or mmengine's port of them."""
-    try:
-        from fvcore.nn import FlopCountAnalysis
-        from fvcore.nn.jit_handles import get_shape
-        return FlopCountAnalysis, get_shape
-    except ImportError:
-        from mmengine.analysis import FlopAnalyzer
-        from mmengine.analysis.jit_handles import get_shape
-        return FlopAnalyzer, get_shape
-
-
-def count_flops(model: nn.Module, x: torch.Tensor) -> float:
-    """FLOPs (2 x multiply-adds) of one forward of ``model`` on ``x``."""
-    # importing fvcore and tracing warn about torch.jit's deprecation and every
-    # data-dependent branch; neither changes the count
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        analyzer, get_shape = flop_analyzer()
-
-        def sdpa_macs(inputs, outputs) -> int:
-            q, k, v = (get_shape(t) for t in inputs[:3])
-            # q @ k^T then attn @ v: every (query, key) pair costs E + Ev multiply-adds
-            return math.prod(q[:-1]) * k[-2] * (q[-1] + v[-1])
-
-        model.eval()
-        analysis = analyzer(model, (x, )).set_op_handle('aten::scaled_dot_product_attention',
-                                                        sdpa_macs)
-        analysis.unsupported_ops_warnings(False)
-        analysis.uncalled_modules_warnings(False)
-        analysis.tracer_warnings('none')
-        return 2.0 * analysis.total()
 
 
 # ----------------------------------------------------------------------------- steps
@@ -496,31 +426,10 @@ def build_full_model(path: str, size: int, batch: int,
     register_all_modules(init_default_scope=False)
     importlib.import_module('mmvit5')
     model = MODELS.build(cfg.model).to(device)
-    packed = (fake_seg_batch(cfg, size, batch) if is_segmentor
-              else fake_det_batch(cfg, size, batch))
+    packed = fake_batch(cfg, size, batch)
     batches = {'train': model.data_preprocessor(packed, True),
                'test': model.data_preprocessor(packed, False)}
     return model, batches
-
-
-def fake_det_batch(cfg, size: int, batch: int) -> dict:
-    from mmdet.testing import demo_mm_inputs
-    return demo_mm_inputs(batch, image_shapes=[(3, size, size)] * batch, num_items=[4] * batch,
-                          num_classes=cfg.model.roi_head.bbox_head.num_classes, with_mask=True)
-
-
-def fake_seg_batch(cfg, size: int, batch: int) -> dict:
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    samples = []
-    for _ in range(batch):
-        sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
-                                             pad_shape=(size, size)))
-        labels = torch.randint(0, cfg.model.decode_head.num_classes, (1, size, size))
-        sample.gt_sem_seg = PixelData(data=labels)
-        samples.append(sample)
-    inputs = [torch.randint(0, 256, (3, size, size), dtype=torch.uint8) for _ in range(batch)]
-    return dict(inputs=inputs, data_samples=samples)
 
 
 # ----------------------------------------------------------------------------- targets

@@ -11,6 +11,18 @@ iters=${ITERS:-200}
 bash "$here/tools/install.sh"
 cd "$out"
 [ -d data/toy/coco ] || "$PY" "$here/tools/make_toy_data.py" data/toy --train 64 --val 16 --size 256
+# iteration, loss and ETA of each logged training iteration (the full log goes to a file)
+progress() {
+  awk -v name="$1" '/Iter\(train\)/ {
+    it = eta = loss = "?"
+    if (match($0, /\[ *[0-9]+\/[0-9]+\]/)) {
+      it = substr($0, RSTART + 1, RLENGTH - 2); gsub(/ /, "", it)
+    }
+    if (match($0, /eta: [^ ]+/)) eta = substr($0, RSTART + 5, RLENGTH - 5)
+    if (match($0, / loss: [^ ]+/)) loss = substr($0, RSTART + 7, RLENGTH - 7)
+    printf "[quickstart] %s iter %s  loss %s  eta %s\n", name, it, loss, eta; fflush()
+  }'
+}
 for name in maskrcnn upernet; do
   cfg="$here/configs/toy/vit5-tiny_${name}_shapes.py"
   # the toy configs fix their schedules' `end` (and Mask R-CNN's step) to their own max_iters;
@@ -20,8 +32,8 @@ for name in maskrcnn upernet; do
   echo "[quickstart] training ViT-5 $name for $iters iterations (log: $out/$name)"
   "$PY" "$here/tools/train.py" "$cfg" --work-dir "$out/$name" --cfg-options \
     train_cfg.max_iters="$iters" train_cfg.val_interval="$iters" "${schedule[@]}" \
-    default_hooks.checkpoint.interval="$iters" > "$out/$name.train.log" 2>&1 \
-    || { tail -n 40 "$out/$name.train.log"; exit 1; }
+    default_hooks.checkpoint.interval="$iters" 2>&1 | tee "$out/$name.train.log" \
+    | progress "$name" || { tail -n 40 "$out/$name.train.log"; exit 1; }
   "$PY" "$here/tools/test.py" "$cfg" "$out/$name/iter_$iters.pth" --work-dir "$out/$name/test" \
     --show-dir "$out/$name/vis" 2>&1 | tee "$out/$name.test.log" | grep '^\[test\]'
 done

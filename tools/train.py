@@ -8,6 +8,7 @@ The registry scope (mmdet, mmseg) comes from the config's ``default_scope``.
 import argparse
 import os.path as osp
 
+from mmvit5.results import record_run
 from mmvit5.utils import (add_runner_args, build_runner, config_from_args, enable_amp,
                           enable_resume)
 
@@ -32,6 +33,8 @@ def main():
     if args.auto_scale_lr:
         cfg.auto_scale_lr.enable = True
     runner = build_runner(cfg)
+    if runner.rank == 0:  # config and commit, for tools/collect_results.py
+        record_run(cfg.work_dir, args.config, cfg.train_cfg.get('max_iters', 0))
     runner.train()
     if runner.rank == 0:
         print(f'[train] done: logs, checkpoints and visualizations in {osp.abspath(cfg.work_dir)}')

@@ -1,6 +1,9 @@
 # A CPU-sized ViT-5 Mask R-CNN on the generated shapes set (tools/make_toy_data.py):
 # the COCO recipe of ../vit5_maskrcnn_coco.py with a 4-block, 96-wide ViT-5 trained from
 # scratch at 256x256. Used by the quick start, the tests and tools/learning_curves.py.
+# It keeps the set-up its learning curves were measured with (README, "The models learn"):
+# global attention (a 16x16 grid is about one 14x14 window), the 2fc box head and plain mask
+# head, float32.
 _base_ = ['../vit5_maskrcnn_coco.py']
 
 data_root = 'data/toy/coco/'
@@ -13,17 +16,18 @@ model = dict(
     data_preprocessor=dict(batch_augments=[
         dict(type='BatchFixedSizePad', size=image_size, pad_mask=True)]),
     backbone=dict(arch=dict(_delete_=True, embed_dim=96, depth=4, num_heads=3), img_size=64,
-                  drop_path_rate=0.0, init_cfg=None),
+                  drop_path_rate=0.0, window_size=0, init_cfg=None),
     neck=dict(in_channels=96, out_channels=channels),
     # two anchor sizes per level: with one, most shapes (40-120 px) overlap no anchor by 0.7
     rpn_head=dict(in_channels=channels, feat_channels=channels,
                   anchor_generator=dict(scales=[4, 6])),
     roi_head=dict(
         bbox_roi_extractor=dict(out_channels=channels),
-        bbox_head=dict(in_channels=channels, fc_out_channels=128, num_classes=num_classes),
+        bbox_head=dict(type='Shared2FCBBoxHead', in_channels=channels, fc_out_channels=128,
+                       num_classes=num_classes, norm_cfg=None),
         mask_roi_extractor=dict(out_channels=channels),
         mask_head=dict(in_channels=channels, conv_out_channels=channels,
-                       num_classes=num_classes)),
+                       num_classes=num_classes, norm_cfg=None)),
     # 1-4 objects per image: 512 sampled RoIs would be ~98 % background, 128 keep ~25 % positive
     train_cfg=dict(rcnn=dict(sampler=dict(num=128))),
     test_cfg=dict(rpn=dict(nms_pre=300, max_per_img=300), rcnn=dict(max_per_img=20)))
@@ -64,9 +68,11 @@ param_scheduler = [
          milestones=[int(max_iters * 0.9)], gamma=0.1),
 ]
 # trained from scratch: no pretrained early layers to protect, so no layer decay
-optim_wrapper = dict(optimizer=dict(lr=1e-3, weight_decay=0.05),
+optim_wrapper = dict(_delete_=True, type='OptimWrapper',
+                     constructor='ViT5LayerDecayOptimizerConstructor',
                      paramwise_cfg=dict(layer_decay_rate=1.0),
-                     clip_grad=dict(_delete_=True, max_norm=1.0))
+                     optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05),
+                     clip_grad=dict(max_norm=1.0))
 default_hooks = dict(logger=dict(interval=10),
                      checkpoint=dict(interval=max_iters, max_keep_ckpts=2))
 randomness = dict(seed=0)

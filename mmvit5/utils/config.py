@@ -6,8 +6,11 @@ from typing import Optional
 
 import torch
 from mmengine.config import Config, DictAction
+from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
+
+from .widths import check_widths
 
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
 
@@ -38,17 +41,20 @@ def build_runner(cfg: Config) -> Runner:
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None,
-                work_dir: Optional[str] = None) -> Config:
+                work_dir: Optional[str] = None, check_data: bool = True) -> Config:
     """Read ``path``, apply ``--cfg-options``, check it, and set ``work_dir``.
 
-    ``work_dir`` defaults to ``work_dirs/<config name>`` as in mmdet/mmseg.
+    ``work_dir`` defaults to ``work_dirs/<config name>`` as in mmdet/mmseg. A config asking
+    for mmengine's ``AmpOptimWrapper`` gets bf16 autocast on machines without CUDA
+    (:func:`amp_for_device`).
     """
     if not osp.isfile(path):
         raise FileNotFoundError(f'config {path!r} does not exist')
     cfg = Config.fromfile(path)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
-    check_config(cfg, path)
+    check_config(cfg, path, check_data)
+    amp_for_device(cfg)
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
@@ -56,8 +62,10 @@ def load_config(path: str, cfg_options: Optional[dict] = None,
     return cfg
 
 
-def check_config(cfg: Config, path: str = 'config') -> None:
-    """Fail early, with the fix, on mistakes that otherwise surface deep in a run."""
+def check_config(cfg: Config, path: str = 'config', check_data: bool = True) -> None:
+    """Fail early, with the fix, on mistakes that otherwise surface deep in a run: a missing
+    scope or import, channel widths that disagree (:func:`check_widths`) and, with
+    ``check_data``, a missing dataset folder."""
     scope = cfg.get('default_scope')
     if scope not in SCOPES:
         raise ValueError(f'{path}: default_scope is {scope!r}; inherit an mmdet, mmseg or '
@@ -71,8 +79,11 @@ def check_config(cfg: Config, path: str = 'config') -> None:
                              "'SimpleFeaturePyramid') but does not import them; add "
                              "custom_imports = dict(imports=['mmvit5'], "
                              'allow_failed_imports=False) to the config')
-    for split in ('train', 'val', 'test'):
-        _check_data_root(cfg.get(f'{split}_dataloader'), f'{split}_dataloader', path)
+    if 'model' in cfg:
+        check_widths(cfg.model, path)
+    if check_data:
+        for split in ('train', 'val', 'test'):
+            _check_data_root(cfg.get(f'{split}_dataloader'), f'{split}_dataloader', path)
 
 
 def _check_data_root(loader: Optional[dict], name: str, path: str) -> None:
@@ -90,14 +101,23 @@ def _check_data_root(loader: Optional[dict], name: str, path: str) -> None:
 def enable_amp(cfg: Config) -> None:
     """Mixed precision: mmengine's AmpOptimWrapper (fp16, dynamic loss scale) on CUDA, bf16
     autocast (:class:`~mmvit5.engine.AutocastOptimWrapper`) where there is no CUDA."""
-    if cfg.optim_wrapper.get('type') in ('AmpOptimWrapper', 'AutocastOptimWrapper'):
-        return
-    if torch.cuda.is_available():
+    if cfg.optim_wrapper.get('type') not in ('AmpOptimWrapper', 'AutocastOptimWrapper'):
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
-    else:
-        cfg.optim_wrapper.type = 'AutocastOptimWrapper'
-        cfg.optim_wrapper.setdefault('dtype', 'bfloat16')
+    amp_for_device(cfg)
+
+
+def amp_for_device(cfg: Config) -> None:
+    """mmengine 0.10.7's AmpOptimWrapper asserts CUDA: without it, autocast to bf16 instead
+    (no loss scale needed), so fp16 recipes such as ViTDet's still run on this machine."""
+    wrapper = cfg.get('optim_wrapper') or {}
+    if wrapper.get('type') != 'AmpOptimWrapper' or torch.cuda.is_available():
+        return
+    wrapper.type = 'AutocastOptimWrapper'
+    wrapper.pop('loss_scale', None)
+    wrapper.setdefault('dtype', 'bfloat16')
+    print_log('no CUDA: AmpOptimWrapper (fp16) replaced by AutocastOptimWrapper (bf16)',
+              logger='current')
 
 
 def enable_resume(cfg: Config, checkpoint: Optional[str]) -> None:

@@ -90,6 +90,13 @@ class SimpleFeaturePyramid(BaseModule):
                              f'(in_channels {self.in_channels}), got {len(inputs)}; match the '
                              "backbone's out_indices")
         sources = inputs if self.multi_input else [inputs[-1]] * len(self.stages)
+        got = [x.shape[1] for x in sources]
+        if got != self.in_channels:
+            # otherwise a bare conv_transpose2d / conv2d channel error from inside torch
+            raise ValueError(f'SimpleFeaturePyramid was built with in_channels '
+                             f'{self.in_channels} but the backbone gives {got} channels; set '
+                             "the neck's in_channels to the backbone's embed_dim "
+                             f'({got[-1]})')
         outs = [stage(x) for stage, x in zip(self.stages, sources)]
         while len(outs) < self.num_outs:
             outs.append(F.max_pool2d(outs[-1], kernel_size=1, stride=2))

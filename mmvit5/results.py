@@ -1,0 +1,185 @@
+"""Results harness: what a finished work dir measured, and the README results table.
+
+``tools/train.py`` records the config and the mmvit5 commit of each run in the work dir
+(:func:`record_run`); :func:`collect_runs` reads them back with the latest evaluation: the
+metrics ``tools/test.py`` wrote into the same work dir, else the last validation of training.
+:func:`results_table` puts the runs next to the published anchors; a recipe without a run
+reads "not yet measured", and a run of any other config (a smoke run, a toy run) is listed
+under its own name, never as a shipped recipe.
+"""
+import glob
+import json
+import os
+import os.path as osp
+import re
+import subprocess
+from dataclasses import dataclass, field
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+RUN_FILE = 'mmvit5_run.json'
+NOT_MEASURED = 'not yet measured'
+BEGIN = '<!-- results table: written by tools/collect_results.py -->'
+END = '<!-- end of results table -->'
+# (metric keys, how the table shows them): mmdet reports AP as a fraction, mmseg mIoU in %
+METRICS = ((('coco/bbox_mAP', 'coco/segm_mAP'), 100.0), (('mIoU', ), 1.0))
+
+
+class Anchor(NamedTuple):
+    """A row of the table: a published figure, and the config that would reproduce it here."""
+    task: str
+    model: str
+    published: str
+    config: Optional[str] = None  # None: a reference row with no mmvit5 counterpart
+
+
+COCO, ADE = 'COCO box / mask AP', 'ADE20K mIoU'
+SIZES = (('S', '-s'), ('B', ''), ('L', '-l'))  # name and config prefix
+ANCHORS = (
+    Anchor(COCO, 'ViTDet ViT-B Mask R-CNN (MAE, 100 ep)',
+           '51.6 / 45.9 (detectron2), 51.6 / 45.7 (mmdet)'),
+    Anchor(COCO, 'ViTDet ViT-B Cascade Mask R-CNN (MAE, 100 ep)', '54.0 / 46.7'),
+    *(Anchor(COCO, f'ViT5-{size} {head}', '(no COCO figure in the paper)',
+             f'vit5{prefix}_{name}_coco.py')
+      for head, name in (('Mask R-CNN', 'maskrcnn'), ('Cascade Mask R-CNN', 'cascade-maskrcnn'))
+      for size, prefix in SIZES),
+    Anchor(ADE, 'DeiT-III-B UperNet', "49.3 (ViT-5 paper's DeiT-III row)"),
+    Anchor(ADE, 'BEiT-B UperNet (640 crops, mmseg)', '53.1'),
+    Anchor(ADE, 'MAE-B UperNet (512 crops)', '48.1 (MAE paper)'),
+    Anchor(ADE, 'ViT5-S UperNet', '(not in the paper)', 'vit5-s_upernet_ade20k.py'),
+    Anchor(ADE, 'ViT5-B UperNet', '(not in the paper)', 'vit5_upernet_ade20k.py'),
+    Anchor(ADE, 'ViT5-B UperNet, 384 checkpoint', '(not in the paper)',
+           'vit5-b384_upernet_ade20k.py'),
+    Anchor(ADE, 'ViT5-L UperNet', '52.0 (ViT-5 paper)', 'vit5-l_upernet_ade20k.py'),
+    Anchor(ADE, 'ViT5-L UperNet, 384 checkpoint', '(not in the paper)',
+           'vit5-l384_upernet_ade20k.py'),
+)
+
+
+@dataclass
+class Run:
+    """One finished work dir."""
+    work_dir: str
+    config: str  # file name of the config that ran, e.g. 'vit5_maskrcnn_coco.py'
+    commit: str
+    max_iters: int
+    iters: int  # iterations trained
+    metrics: Dict[str, float] = field(default_factory=dict)
+    evaluated_by: str = ''  # 'test' (tools/test.py) or 'val' (validation during training)
+
+
+def git_commit(path: str) -> str:
+    """Short commit of the checkout holding ``path``, '+dirty' with uncommitted changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(['git', '-C', path, *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        commit = git('rev-parse', '--short', 'HEAD')
+        dirty = git('status', '--porcelain', '--untracked-files=no')
+    except (OSError, subprocess.CalledProcessError):
+        return 'unknown (not a git checkout)'
+    return commit + ('+dirty' if dirty else '')
+
+
+def record_run(work_dir: str, config_path: str, max_iters: int) -> None:
+    """Write what the harness needs and the work dir does not say: config and commit."""
+    os.makedirs(work_dir, exist_ok=True)
+    info = dict(config=osp.basename(config_path), config_path=osp.abspath(config_path),
+                commit=git_commit(osp.dirname(osp.abspath(__file__))), max_iters=max_iters)
+    with open(osp.join(work_dir, RUN_FILE), 'w') as f:
+        json.dump(info, f, indent=1)
+
+
+def _read_jsonl(path: str) -> List[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _has_metric(record: dict) -> bool:
+    return any(key in record for keys, _ in METRICS for key in keys)
+
+
+def read_run(work_dir: str) -> Run:
+    """The run of one work dir; FileNotFoundError when it holds no tools/train.py run."""
+    info_path = osp.join(work_dir, RUN_FILE)
+    if not osp.isfile(info_path):
+        raise FileNotFoundError(f'{work_dir} has no {RUN_FILE}: collect_results reads work '
+                                'dirs of tools/train.py runs (which record config and commit)')
+    with open(info_path) as f:
+        info = json.load(f)
+    run = Run(work_dir, info['config'], info['commit'], info['max_iters'], iters=0)
+    last = osp.join(work_dir, 'last_checkpoint')
+    if osp.isfile(last):  # the logger may skip the final iteration; the last save does not
+        with open(last) as f:
+            saved = re.search(r'iter_(\d+)\.pth', f.read())
+        run.iters = int(saved.group(1)) if saved else 0
+    # mmengine writes one timestamped folder per train / test invocation
+    for stamp in sorted(d for d in os.listdir(work_dir) if osp.isdir(osp.join(work_dir, d))):
+        scalars = osp.join(work_dir, stamp, 'vis_data', 'scalars.json')
+        records = _read_jsonl(scalars) if osp.isfile(scalars) else []
+        steps = [r['step'] for r in records if 'loss' in r]
+        run.iters = max([run.iters, *steps])
+        evaluations = [r for r in records if _has_metric(r)]
+        if evaluations:
+            run.metrics, run.evaluated_by = evaluations[-1], 'val'
+        test = osp.join(work_dir, stamp, f'{stamp}.json')
+        if osp.isfile(test) and not steps:
+            with open(test) as f:
+                run.metrics, run.evaluated_by = json.load(f), 'test'
+    return run
+
+
+def collect_runs(work_dirs: Sequence[str]) -> List[Run]:
+    """Runs of ``work_dirs`` (each a tools/train.py work dir, or a folder of them)."""
+    runs = []
+    for work_dir in work_dirs:
+        if osp.isfile(osp.join(work_dir, RUN_FILE)):
+            runs.append(read_run(work_dir))
+            continue
+        found = sorted(glob.glob(osp.join(work_dir, '*', RUN_FILE)))
+        if not found:
+            raise FileNotFoundError(f'no {RUN_FILE} in {work_dir} or its sub-folders: pass '
+                                    'work dirs of tools/train.py runs')
+        runs.extend(read_run(osp.dirname(path)) for path in found)
+    return runs
+
+
+def format_metrics(run: Run) -> str:
+    """'51.6 / 45.9' (box / mask AP) or '47.5' (mIoU), with the iterations it took."""
+    for keys, scale in METRICS:
+        if keys[0] in run.metrics:
+            values = ' / '.join(f'{run.metrics[k] * scale:.1f}' for k in keys
+                                if k in run.metrics)
+            return (f'{values} ({run.evaluated_by} after {run.iters:,} of '
+                    f'{run.max_iters:,} it)')
+    return f'no evaluation yet ({run.iters:,} of {run.max_iters:,} it)'
+
+
+def results_table(runs: Sequence[Run]) -> str:
+    """The README results table: every anchor, then every run of another config."""
+    latest = {run.config: run for run in runs}  # a later work dir of a config wins
+    lines = ['| task | model | published | config | mmvit5 | commit |',
+             '|---|---|---|---|---|---|']
+    for anchor in ANCHORS:
+        run = latest.pop(anchor.config, None) if anchor.config else None
+        config = f'`{anchor.config}`' if anchor.config else '-'
+        measured = format_metrics(run) if run else (NOT_MEASURED if anchor.config else '-')
+        lines.append(f'| {anchor.task} | {anchor.model} | {anchor.published} | {config} | '
+                     f'{measured} | {run.commit if run else "-"} |')
+    for run in latest.values():
+        task = ADE if 'mIoU' in run.metrics else COCO
+        lines.append(f'| {task} | (not a shipped recipe) | - | `{run.config}` | '
+                     f'{format_metrics(run)} | {run.commit} |')
+    return '\n'.join(lines)
+
+
+def write_into(path: str, table: str) -> None:
+    """Replace the table between the :data:`BEGIN` and :data:`END` markers of ``path``."""
+    with open(path) as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f'{path} has no results table markers; put the lines {BEGIN!r} and '
+                         f'{END!r} where the table goes')
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(path, 'w') as f:
+        f.write(f'{head}{BEGIN}\n{table}\n{END}{tail}')

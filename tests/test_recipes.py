@@ -1,0 +1,137 @@
+"""Every shipped COCO / ADE20K config trains for real: shrunk, with its own pipeline (LSJ at
+1024, 512 crops, slide inference), 2 iterations through tools/train.py on generated data in the
+real dataset layouts, then tools/test.py, then the results harness. Width mismatches fail
+before anything is built."""
+import glob
+import os.path as osp
+import re
+import runpy
+import sys
+
+import pytest
+from mmengine.config import Config
+
+from conftest import REPO, config
+from mmvit5.results import BEGIN, END, collect_runs, results_table
+from mmvit5.utils import load_config, shrink_model
+
+SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'vit5*.py'))
+                 if p.endswith(('_coco.py', '_ade20k.py')))
+TOY_CLASSES = ('rectangle', 'ellipse', 'triangle')
+LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+
+
+@pytest.fixture(scope='module')
+def data_root(tmp_path_factory):
+    """data/coco and data/ade/ADEChallengeData2016 where the shipped configs look: 2 training
+    images and 1 validation image."""
+    from make_toy_data import make_dataset
+    root = tmp_path_factory.mktemp('real_layout')
+    make_dataset(str(root / 'data'), train=2, val=1, size=128, seed=1)
+    return root
+
+
+def smoke_config(name: str, path: str) -> None:
+    """The shipped config, shrunk, on the generated set (its 3 COCO / 4 ADE20K classes),
+    2 iterations."""
+    cfg = Config.fromfile(config(name))
+    shrink_model(cfg.model)
+    if cfg.default_scope == 'mmdet':
+        for loader in LOADERS:
+            cfg[loader].dataset.metainfo = dict(classes=TOY_CLASSES)
+        roi = cfg.model.roi_head
+        for head in roi.bbox_head if isinstance(roi.bbox_head, list) else [roi.bbox_head]:
+            head.num_classes = len(TOY_CLASSES)
+        roi.mask_head.num_classes = len(TOY_CLASSES)
+    for loader in LOADERS:
+        cfg[loader].update(batch_size=1, num_workers=0, persistent_workers=False)
+    if cfg.default_scope == 'mmseg':
+        # background + 3 shapes: 150 logit maps at 512x512 would be most of the step
+        cfg.model.decode_head.num_classes = cfg.model.auxiliary_head.num_classes = 4
+        cfg.train_dataloader.batch_size = 2  # UperNet's pooling module has BN on 1x1 maps
+    # evaluation happens once, in tools/test.py
+    cfg.train_cfg.update(max_iters=2, val_interval=3)
+    cfg.default_hooks.checkpoint.interval = 2
+    cfg.dump(path)
+
+
+def run_tool_here(script, args, cwd, monkeypatch, capsys) -> str:
+    """``python tools/<script> ARGS`` in this process (saves ~10 s of imports per call)."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, 'argv', [script, *map(str, args)])
+    runpy.run_path(osp.join(REPO, 'tools', script), run_name='__main__')
+    return capsys.readouterr().out
+
+
+def test_every_recipe_is_covered():
+    assert len(SHIPPED) == 11, SHIPPED  # Mask R-CNN and Cascade S/B/L, UperNet S/B/L/B384/L384
+
+
+@pytest.mark.parametrize('name', SHIPPED)
+def test_shipped_config_trains_and_tests(data_root, tmp_path, monkeypatch, capsys, name):
+    smoke = str(tmp_path / f'smoke_{name}')
+    smoke_config(name, smoke)
+    cfg = Config.fromfile(smoke)
+    # the real input sizes: LSJ pads to 1024x1024, ADE20K trains on 512 crops, tests sliding
+    if cfg.default_scope == 'mmdet':
+        assert cfg.model.data_preprocessor.batch_augments[0].size == (1024, 1024)
+        assert cfg.train_pipeline[2].ratio_range == (0.1, 2.0)
+    else:
+        assert cfg.model.data_preprocessor.size == (512, 512)
+        assert cfg.model.test_cfg.mode == 'slide'
+    work = tmp_path / 'work'
+    run_tool_here('train.py', [smoke, '--work-dir', work], data_root, monkeypatch, capsys)
+    assert (work / 'iter_2.pth').is_file()
+    out = run_tool_here('test.py', [smoke, work / 'iter_2.pth', '--work-dir', work], data_root,
+                        monkeypatch, capsys)
+    metric = 'coco/segm_mAP' if cfg.default_scope == 'mmdet' else 'mIoU'
+    assert f'"{metric}"' in out, out[-3000:]
+
+    # the harness reports the smoke run under its own name, never as the shipped recipe
+    runs = collect_runs([str(work)])
+    assert [r.config for r in runs] == [f'smoke_{name}'] and runs[0].iters == 2
+    assert metric in runs[0].metrics
+    table = results_table(runs)
+    assert f'`smoke_{name}`' in table and runs[0].commit in table
+    shipped_rows = [line for line in table.splitlines() if f'`{name}`' in line]
+    assert all('not yet measured' in line for line in shipped_rows), table
+    readme = tmp_path / 'README.md'
+    readme.write_text(f'# x\n\n{BEGIN}\nold table\n{END}\n\nafter\n')
+    run_tool_here('collect_results.py', [work, '--readme', readme], data_root, monkeypatch,
+                  capsys)
+    assert readme.read_text() == f'# x\n\n{BEGIN}\n{table}\n{END}\n\nafter\n'
+
+
+@pytest.mark.parametrize('name, options, fields', [
+    ('vit5_maskrcnn_coco.py', {'model.backbone.arch': 'small'}, ['model.neck.in_channels=384']),
+    ('vit5-l_cascade-maskrcnn_coco.py', {'model.neck.out_channels': 128},
+     ['model.rpn_head.in_channels=128', 'model.roi_head.bbox_roi_extractor.out_channels=128',
+      'model.roi_head.mask_roi_extractor.out_channels=128']),
+    ('vit5_upernet_ade20k.py', {'model.backbone.arch': 'large'},
+     ['model.neck.in_channels=[1024,1024,1024,1024]']),
+    ('vit5-s_upernet_ade20k.py', {'model.neck.out_channels': 768},
+     ['model.decode_head.in_channels=[768,768,768,768]', 'model.auxiliary_head.in_channels=768']),
+])
+def test_width_mismatch_names_the_fields_to_set(name, options, fields):
+    with pytest.raises(ValueError, match='channel widths do not match') as error:
+        load_config(config(name), options, check_data=False)
+    for field in fields:
+        assert field in str(error.value), str(error.value)
+
+
+@pytest.mark.parametrize('name', ['vit5-l_cascade-maskrcnn_coco.py', 'vit5-l384_upernet_ade20k.py'])
+def test_dry_run_reports_costs_and_schedule(monkeypatch, capsys, name):
+    out = run_tool_here('dry_run.py', [config(name), '--shrink'], REPO, monkeypatch, capsys)
+    assert f'{name} (shrunk)' in out, out
+    size = '1024x1024' if 'coco' in name else '512x512'
+    assert f'input size:        {size}' in out
+    assert re.search(r'FLOPs per image: +[0-9.,]+ GFLOPs \(whole model', out), out
+    assert re.search(r'train step: +[0-9.]+ s per image on cpu', out), out
+    images = '1 image ' if 'coco' in name else '2 images'
+    assert re.search(f'peak memory: +[1-9][0-9,]* MiB for {images}', out), out
+    schedule = ('184,375 iterations = 100.6 epochs of 117,266' if 'coco' in name
+                else '160,000 iterations = 126.7 epochs of 20,210')
+    assert schedule in out, out
+    total = 'total batch:       64 (the lr assumes it: 4 per device x 16' if 'coco' in name \
+        else 'total batch:       16 (the lr assumes it: 2 per device x 8'
+    assert total in out, out

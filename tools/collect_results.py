@@ -1,0 +1,28 @@
+"""Write the README results table from finished work dirs.
+
+    python tools/collect_results.py work_dirs/vit5_maskrcnn_coco work_dirs/... [--readme README.md]
+    python tools/collect_results.py work_dirs            # every run folder inside
+
+Each work dir is a tools/train.py run (it records config and commit); the metrics are those
+tools/test.py wrote into the same work dir (``--work-dir`` of the training run), else the last
+validation of training. Recipes without a run keep "not yet measured". Prints the table;
+``--readme`` also replaces the table between its markers in that file.
+"""
+import argparse
+
+from mmvit5.results import collect_runs, results_table, write_into
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('work_dirs', nargs='*', help='tools/train.py work dirs, or folders of them')
+    parser.add_argument('--readme', help='file whose results table to replace')
+    args = parser.parse_args()
+    table = results_table(collect_runs(args.work_dirs))
+    if args.readme:
+        write_into(args.readme, table)
+    print(table)
+
+
+if __name__ == '__main__':
+    main()
