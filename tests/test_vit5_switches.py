@@ -17,7 +17,8 @@ SWITCHES = {
     'no-abs-pos': dict(use_abs_pos=False), 'no-rope': dict(use_rope=False),
     'reg0': dict(num_registers=0), 'reg5': dict(num_registers=5),
     'no-qk-norm': dict(qk_norm=False), 'no-layer-scale': dict(layer_scale_init_value=None),
-    'ln': dict(norm='ln'), 'qkv-bias': dict(qkv_bias=True),
+    'layer-scale-1e-6': dict(layer_scale_init_value=1e-6), 'ln': dict(norm='ln'),
+    'qkv-bias': dict(qkv_bias=True),
 }
 RELEASED_KEYS = set(ViT5(arch=ARCH, img_size=IMG).state_dict())
 
@@ -32,6 +33,7 @@ KEY_CHANGES = {
     'reg0': ({'reg_token'}, set()), 'reg5': (set(), set()),
     'no-qk-norm': (block_keys('attn.q_norm.weight', 'attn.k_norm.weight'), set()),
     'no-layer-scale': (block_keys('gamma_1', 'gamma_2'), set()),
+    'layer-scale-1e-6': (set(), set()),
     'ln': (set(), block_keys('norm1.bias', 'norm2.bias', 'attn.q_norm.bias',
                              'attn.k_norm.bias') | {'norm.bias'}),
     'qkv-bias': (set(), block_keys('attn.qkv.bias')),
@@ -164,6 +166,8 @@ LOAD_NOTES = {
     'no-layer-scale': ['6 tensors folded into attn.proj / mlp.fc2, the same function '
                        '(layer_scale_init_value=None): blocks.{0-2}.gamma_1, '
                        'blocks.{0-2}.gamma_2'],
+    'layer-scale-1e-6': ['6 tensors loaded over the init (layer_scale_init_value=1e-06): '
+                         'blocks.{0-2}.gamma_1, blocks.{0-2}.gamma_2'],
     'ln': ["13 tensors left at init (norm='ln'): blocks.{0-2}.norm1.bias, "
            'blocks.{0-2}.attn.q_norm.bias, blocks.{0-2}.attn.k_norm.bias, '
            'blocks.{0-2}.norm2.bias, norm.bias'],

@@ -511,6 +511,10 @@ class ViT5(BaseModule):
                 (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
                 '\nSet arch / num_registers / the ablation switches to the checkpoint\'s, or '
                 'use a matching file.')
+        if self.layer_scale_init_value not in (None, 1e-4):
+            # an init ablation means nothing once a checkpoint's gammas replace the init
+            notes['loaded over the init', f'layer_scale_init_value='
+                  f'{self.layer_scale_init_value!r}'] += [k for k in adapted if 'gamma_' in k]
         for (what, reason), keys in notes.items():
             if keys:
                 print_log(f'ViT5: {source}: {len(keys)} tensors {what} ({reason}): '
