@@ -8,11 +8,14 @@ apart, and applies it to the CPU-sized config of ``configs/toy/`` that inherits 
 """
 import glob
 import math
+import multiprocessing
 import os.path as osp
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Dict, List, Optional, Sequence
 
+import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -36,16 +39,15 @@ def ablation_configs(config_dir: str, recipe: str) -> Dict[str, str]:
     return {osp.basename(p)[len(recipe) + 1:-len('.py')]: p for p in paths}
 
 
-def switch_override(path: str, recipe_path: str) -> dict:
-    """The ViT5 switches the ablation config ``path`` sets: its ``model.backbone`` entries that
-    differ from those of ``recipe_path``. Raises unless they are all switches."""
-    ablated = Config.fromfile(path).model.backbone
-    recipe = Config.fromfile(recipe_path).model.backbone
-    override = {k: v for k, v in ablated.items() if k not in recipe or recipe[k] != v}
+def switch_override(ablation: Config, recipe: Config, name: str = 'the ablation') -> dict:
+    """The ViT5 switches the ablation config sets: its ``model.backbone`` entries that differ
+    from those of the recipe it overrides. Raises unless they are all switches."""
+    ablated, base = ablation.model.backbone, recipe.model.backbone
+    override = {k: v for k, v in ablated.items() if k not in base or base[k] != v}
     other = sorted(set(override) - set(SWITCHES))
     if not override or other:
-        raise ValueError(f'{path} should change only ViT5 ablation switches {SWITCHES} of '
-                         f'{recipe_path}; it changes {sorted(override)}')
+        raise ValueError(f'{name} should change only ViT5 ablation switches {SWITCHES} of its '
+                         f'recipe; it changes {sorted(override)}')
     return override
 
 
@@ -91,8 +93,14 @@ def train_and_evaluate(cfg: Config) -> Dict[str, float]:
     return metrics
 
 
+def _train_one(toy: str, override: dict, seed: int, iters: int, work_dir: str, name: str,
+               threads: int) -> Dict[str, float]:
+    torch.set_num_threads(threads)
+    return train_and_evaluate(toy_config(toy, override, seed, iters, work_dir, name))
+
+
 def run_study(toy: str, variants: Dict[str, dict], seeds: Sequence[int], iters: int,
-              out: str, log=print) -> Dict[str, dict]:
+              out: str, jobs: int = 1, log=print) -> Dict[str, dict]:
     """Train the toy config once per variant and seed.
 
     Args:
@@ -101,23 +109,26 @@ def run_study(toy: str, variants: Dict[str, dict], seeds: Sequence[int], iters: 
         seeds (Sequence[int]): One run per seed and variant.
         iters (int): Training iterations per run.
         out (str): Work dirs go to ``<out>/<variant>/seed<k>``.
+        jobs (int): Runs at a time, each in its own process with an equal share of this
+            process's threads (small CPU models use one thread better than several).
         log (callable): Progress lines.
 
     Returns:
-        dict: ``{variant: dict(override=..., runs=[dict(seed=..., <metric>=..., ...)])}``.
+        dict: ``{variant: dict(override=..., runs=[dict(seed=..., <metric>=..., ...)])}``
+        in the order of ``variants`` and ``seeds``.
     """
-    results = {}
-    for name, override in variants.items():
-        runs = []
-        for seed in seeds:
-            cfg = toy_config(toy, override, seed, iters, osp.join(out, name, f'seed{seed}'),
-                             f'{name}_seed{seed}')
-            metrics = train_and_evaluate(cfg)
-            runs.append(dict(seed=seed, **metrics))
+    threads = max(torch.get_num_threads() // jobs, 1)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context('spawn')) as pool:
+        futures = {(name, seed): pool.submit(_train_one, toy, override, seed, iters,
+                                             osp.join(out, name, f'seed{seed}'),
+                                             f'{name}_seed{seed}', threads)
+                   for name, override in variants.items() for seed in seeds}
+        for (name, seed), future in futures.items():
             log(f'[ablation] {name} seed {seed}: ' +
-                ', '.join(f'{k} {v:.2f}' for k, v in metrics.items()))
-        results[name] = dict(override=override, runs=runs)
-    return results
+                ', '.join(f'{k} {v:.2f}' for k, v in future.result().items()))
+    return {name: dict(override=override,
+                       runs=[dict(seed=seed, **futures[name, seed].result()) for seed in seeds])
+            for name, override in variants.items()}
 
 
 def spread(values: List[float]) -> Dict[str, float]:
