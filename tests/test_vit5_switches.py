@@ -10,9 +10,8 @@ import reference_vit5 as ref
 from mmvit5.checkpoint import CheckpointError
 from mmvit5.models import ViT5
 from mmvit5.models.layers.rope import RotaryEmbedding2D, register_grid, sequence_angles
+from test_vit5 import ARCH, DEPTH, DIM, HEADS, IMG, build, rel_err, released  # noqa: F401
 
-DIM, DEPTH, HEADS, IMG = 64, 3, 2, 64
-ARCH = dict(embed_dim=DIM, depth=DEPTH, num_heads=HEADS)
 SWITCHES = {
     'no-abs-pos': dict(use_abs_pos=False), 'no-rope': dict(use_rope=False),
     'reg0': dict(num_registers=0), 'reg5': dict(num_registers=5),
@@ -38,28 +37,6 @@ KEY_CHANGES = {
                              'attn.k_norm.bias') | {'norm.bias'}),
     'qkv-bias': (set(), block_keys('attn.qkv.bias')),
 }
-
-
-def build(path=None, **kwargs):
-    kwargs.setdefault('arch', ARCH)
-    kwargs.setdefault('img_size', IMG)
-    if path:
-        kwargs['init_cfg'] = dict(type='Pretrained', checkpoint=path)
-    model = ViT5(**kwargs)
-    model.init_weights()
-    return model.eval()
-
-
-def rel_err(a, b):
-    return ((a - b).norm() / b.norm()).item()
-
-
-@pytest.fixture(scope='module')
-def released(tmp_path_factory):
-    sd = ref.released_state_dict(DIM, DEPTH, HEADS, img_size=IMG, num_classes=10)
-    path = tmp_path_factory.mktemp('ckpt') / 'vit5_tiny_released.pth'
-    torch.save(ref.released_checkpoint(sd), path)
-    return sd, str(path)
 
 
 @pytest.fixture

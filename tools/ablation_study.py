@@ -2,7 +2,7 @@
 and write mean and spread (a toy study: see README, "Ablations (toy study)").
 
     python tools/ablation_study.py [--task upernet] [--variants all] [--seeds 0,1,2]
-        [--iters 120] [--jobs 3] [--out work_dirs/ablations]
+        [--iters 160] [--jobs 3] [--out work_dirs/ablations]
 
 Each variant is the switch override of ``configs/ablations/<recipe>_<variant>.py`` applied to
 the CPU-sized toy config of the same recipe (``configs/toy/``), trained from scratch; the
@@ -41,7 +41,7 @@ def parse_args():
                         help='comma list of configs/ablations/<recipe>_<variant>.py names, or '
                         '"all"; the baseline is always trained')
     parser.add_argument('--seeds', default='0,1,2', help='comma list of seeds')
-    parser.add_argument('--iters', type=int, default=120, help='training iterations per run')
+    parser.add_argument('--iters', type=int, default=160, help='training iterations per run')
     parser.add_argument('--train-images', type=int, default=96)
     parser.add_argument('--val-images', type=int, default=16)
     parser.add_argument('--jobs', type=int, default=3,
