@@ -57,7 +57,7 @@ def test_study_tool_trains_a_variant_and_writes_the_table(tmp_path):
     out = tmp_path / 'study'
     log = run_tool(tool('ablation_study.py') + [
         '--variants', 'reg8', '--seeds', '3', '--iters', '2', '--train-images', '4',
-        '--val-images', '2', '--out', str(out)], cwd=tmp_path)
+        '--val-images', '2', '--jobs', '2', '--out', str(out)], cwd=tmp_path)
     data = json.loads((out / 'results.json').read_text())
     assert list(data['results']) == ['baseline', 'reg8']
     assert data['results']['reg8']['override'] == {'num_registers': 8}

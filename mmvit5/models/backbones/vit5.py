@@ -4,8 +4,6 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 -> ``[cls, patches, registers]`` -> blocks (RoPE from one cached table per grid)
 -> strip the class token and registers -> (B, C, H, W) per ``out_indices`` entry.
 """
-import logging
-import re
 from collections import OrderedDict, defaultdict
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -20,11 +18,10 @@ from torch.nn.init import trunc_normal_
 from torchvision.ops import StochasticDepth
 
 from ...checkpoint import (
-    CheckpointError,
     check_vit5_state,
-    compact_keys,
     describe_state,
     extract_state_dict,
+    fit_state_dict,
     fold_layer_scale,
     read_checkpoint,
     resize_pos_embed,
@@ -448,7 +445,7 @@ class ViT5(BaseModule):
         """
         check_vit5_state(state, source)
         own = self.state_dict()
-        notes: Dict[Tuple[str, str], List[str]] = defaultdict(list)  # (what, switch) -> keys
+        notes: Dict[Tuple[str, str], List[str]] = defaultdict(list)
         if self.layer_scale_init_value is None:
             state, folded = fold_layer_scale(state)
             notes['folded into attn.proj / mlp.fc2, the same function',
@@ -476,50 +473,13 @@ class ViT5(BaseModule):
                 print_log(f'ViT5: resized pos_embed of {source} from {state[key].shape[1]} to '
                           f'{value.shape[1]} positions', logger='current')
             adapted[key] = value
-        switched = self._switched_keys()
-
-        def switch_of(key: str) -> Optional[str]:
-            return next((s for pattern, s in switched if re.fullmatch(pattern, key)), None)
-
-        for key in list(adapted):
-            reason = switch_of(key)
-            if reason and key not in own:
-                notes['dropped', reason].append(key)
-            elif reason and adapted[key].shape != own[key].shape:
-                notes[f'left at init (checkpoint {tuple(adapted[key].shape)})',
-                      reason].append(key)
-            else:
-                continue
-            del adapted[key]
-        for key in own:
-            if key not in adapted and key not in state and switch_of(key):
-                notes['left at init', switch_of(key)].append(key)
-        explained = {k for keys in notes.values() for k in keys}
-        missing = [k for k in own if k not in adapted and k not in explained]
-        unexpected = [k for k in adapted if k not in own]
-        mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
-                      for k, v in adapted.items() if k in own and v.shape != own[k].shape
-                      ] + mismatched
-        fits = sum(k in own and v.shape == own[k].shape for k, v in adapted.items())
-        if missing or unexpected or mismatched or fits <= 0:
-            raise CheckpointError(
-                (f'nothing in {source} fits this ViT5' if fits <= 0 else
-                 f'{source} does not fit this ViT5') +
-                f' ({self._describe()}; the checkpoint looks like {describe_state(state)}).' +
-                (f'\n  mismatched shapes: {mismatched[:8]}' if mismatched else '') +
-                (f'\n  missing keys: {missing[:8]}' if missing else '') +
-                (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
-                '\nSet arch / num_registers / the ablation switches to the checkpoint\'s, or '
-                'use a matching file.')
         if self.layer_scale_init_value not in (None, 1e-4):
             # an init ablation means nothing once a checkpoint's gammas replace the init
             notes['loaded over the init', f'layer_scale_init_value='
                   f'{self.layer_scale_init_value!r}'] += [k for k in adapted if 'gamma_' in k]
-        for (what, reason), keys in notes.items():
-            if keys:
-                print_log(f'ViT5: {source}: {len(keys)} tensors {what} ({reason}): '
-                          f'{compact_keys(keys)}', logger='current', level=logging.WARNING)
-        return adapted
+        return fit_state_dict(
+            adapted, self.state_dict(), self._switched_keys(), notes, mismatched, source,
+            f'this ViT5 ({self._describe()}; the checkpoint looks like {describe_state(state)})')
 
     def _describe(self) -> str:
         switches = ''.join(f', {k}={v!r}' for k, v in self.switches().items()
