@@ -3,13 +3,17 @@
 One function resizes ``pos_embed`` for both checkpoint loading and run-time grids, so a
 fine-tuned model and the forward pass agree on how the absolute embedding is stretched.
 """
+import logging
 import os
 import pickle
+import re
 import zipfile
-from typing import Dict, Optional, Sequence, Tuple
+from collections import OrderedDict
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
+from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
 
 # Keys under which the known layouts keep the weights, in the order they are looked for.
@@ -89,13 +93,124 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Sequence[int],
 
 
 def check_vit5_state(state: Dict[str, torch.Tensor], source: str) -> None:
-    """Raise unless ``state`` holds ViT-5 weights (class token, position embedding, QK-Norm)."""
-    if not {'cls_token', 'pos_embed'} <= set(state) or \
-            not any(k.endswith('attn.q_norm.weight') for k in state):
+    """Raise unless ``state`` holds ViT-5 weights (class token and attention blocks).
+
+    Only what every ablation keeps is required: files of models saved without the absolute
+    embedding or QK-Norm are ViT-5 files too.
+    """
+    if 'cls_token' not in state or \
+            not any(re.fullmatch(r'blocks\.\d+\.attn\.qkv\.weight', k) for k in state):
         raise CheckpointError(
-            f'{source} is not a ViT-5 checkpoint: it has no cls_token / pos_embed / '
-            f'attn.q_norm weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file '
-            'or one saved by mmvit5.')
+            f'{source} is not a ViT-5 checkpoint: it has no cls_token / blocks.N.attn.qkv '
+            f'weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file or one saved '
+            'by mmvit5.')
+
+
+def fold_layer_scale(state: Dict[str, torch.Tensor]) -> Tuple[Dict[str, torch.Tensor], List[str]]:
+    """Fold each block's LayerScale into the layer that ends its branch, for a model without
+    LayerScale: ``gamma * (W x + b) = (gamma W) x + gamma b``, so the function is unchanged.
+
+    Returns the new state (``gamma_1`` into ``attn.proj``, ``gamma_2`` into ``mlp.fc2``) and
+    the folded keys; a gamma whose layer is not in ``state`` stays where it is.
+    """
+    state = dict(state)
+    folded = []
+    for key in [k for k in state if re.fullmatch(r'blocks\.\d+\.gamma_[12]', k)]:
+        layer = key[:-len('gamma_1')] + ('attn.proj' if key.endswith('1') else 'mlp.fc2')
+        if f'{layer}.weight' not in state or f'{layer}.bias' not in state:
+            continue
+        gamma = state.pop(key)
+        state[f'{layer}.weight'] = state[f'{layer}.weight'] * gamma[:, None]
+        state[f'{layer}.bias'] = state[f'{layer}.bias'] * gamma
+        folded.append(key)
+    return state, folded
+
+
+def fit_state_dict(adapted: Dict[str, torch.Tensor], own: Dict[str, torch.Tensor],
+                   switched: Sequence[Tuple[str, str]], notes: Dict[Tuple[str, str], List[str]],
+                   mismatched: List[str], source: str,
+                   model: str) -> 'OrderedDict[str, torch.Tensor]':
+    """What of a checkpoint loads into a model whose ablation switches change some parts.
+
+    Args:
+        adapted (dict): The checkpoint's tensors under the model's key names.
+        own (dict): The model's state dict.
+        switched (Sequence[tuple[str, str]]): (key regex, switch) of the tensors the switches
+            change; of these, the checkpoint's that the model lacks are dropped, and the
+            model's that the checkpoint lacks or has in another shape stay at init.
+        notes (dict): ``(what happened, switch) -> keys`` found so far; extended here and
+            logged as warnings.
+        mismatched (list[str]): Differences found so far that no switch explains.
+        source (str): The checkpoint, for messages.
+        model (str): The model as messages name it.
+
+    Returns:
+        OrderedDict: The tensors to load (each in ``own``, of its shape).
+
+    Raises:
+        CheckpointError: On any difference no switch explains, or when nothing fits.
+    """
+    adapted = OrderedDict(adapted)
+
+    def switch_of(key: str) -> Optional[str]:
+        return next((s for pattern, s in switched if re.fullmatch(pattern, key)), None)
+
+    for key in list(adapted):
+        reason = switch_of(key)
+        if reason and key not in own:
+            notes['dropped', reason].append(key)
+        elif reason and adapted[key].shape != own[key].shape:
+            notes[f'left at init (checkpoint {tuple(adapted[key].shape)})', reason].append(key)
+        else:
+            continue
+        del adapted[key]
+    explained = {k for keys in notes.values() for k in keys}
+    for key in own:
+        if key not in adapted and key not in explained and switch_of(key):
+            notes['left at init', switch_of(key)].append(key)
+            explained.add(key)
+    missing = [k for k in own if k not in adapted and k not in explained]
+    unexpected = [k for k in adapted if k not in own]
+    mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
+                  for k, v in adapted.items() if k in own and v.shape != own[k].shape
+                  ] + mismatched
+    fits = sum(k in own and v.shape == own[k].shape for k, v in adapted.items())
+    if missing or unexpected or mismatched or not fits:
+        raise CheckpointError(
+            (f'nothing in {source} fits ' if not fits else f'{source} does not fit ') + model +
+            '.' + (f'\n  mismatched shapes: {mismatched[:8]}' if mismatched else '') +
+            (f'\n  missing keys: {missing[:8]}' if missing else '') +
+            (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
+            '\nSet arch / num_registers / the ablation switches to the checkpoint\'s, or use a '
+            'matching file.')
+    for (what, reason), keys in notes.items():
+        if keys:
+            print_log(f'ViT5: {source}: {len(keys)} tensors {what} ({reason}): '
+                      f'{compact_keys(keys)}', logger='current', level=logging.WARNING)
+    return adapted
+
+
+def compact_keys(keys: Iterable[str]) -> str:
+    """The keys with block indices grouped: ``'blocks.{0-11}.attn.q_norm.weight, pos_embed'``."""
+    groups: Dict[str, List[int]] = {}
+    for key in keys:
+        match = re.fullmatch(r'blocks\.(\d+)\.(.+)', key)
+        if match:
+            groups.setdefault(match.group(2), []).append(int(match.group(1)))
+        else:
+            groups.setdefault(key, [])
+    parts = []
+    for name, blocks in groups.items():
+        blocks = sorted(blocks)
+        if not blocks:
+            parts.append(name)
+        elif len(blocks) == 1:
+            parts.append(f'blocks.{blocks[0]}.{name}')
+        elif blocks == list(range(blocks[0], blocks[-1] + 1)):
+            parts.append(f'blocks.{{{blocks[0]}-{blocks[-1]}}}.{name}')
+        else:
+            parts.append(f'blocks.{{{",".join(map(str, blocks))}}}.{name}')
+    return ', '.join(parts)
 
 
 def describe_state(state: Dict[str, torch.Tensor]) -> str:
