@@ -92,3 +92,20 @@ def test_mmseg_configs(toy_root, tmp_path, name):
     data = cfg.train_dataloader.dataset
     data.update(data_root=osp.join(toy_root, 'data/toy/ade/ADEChallengeData2016'))
     train_step(cfg, data, 'mmseg')
+
+
+def test_deformable_detr_config(toy_root, tmp_path):
+    """mmcv's MultiScaleDeformableAttention through the swap path (its CUDA kernel is served by
+    mmcv's own PyTorch implementation: tests/test_ops.py). The images are resized to 256 rather
+    than the config's 800-1333: the encoder's deformable attention runs per pixel of 4 levels."""
+    cfg = swap(upstream('mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_coco.py', tmp_path),
+               (-1, ), dict(in_channels=64, out_channels=256, scale_factors=(2.0, 1.0, 0.5),
+                            num_outs=4))
+    data = cfg.train_dataloader.dataset
+    data.update(data_root=osp.join(toy_root, 'data/toy/coco/'),
+                metainfo=dict(classes=('rectangle', 'ellipse', 'triangle')),
+                pipeline=[dict(type='LoadImageFromFile'), dict(type='LoadAnnotations'),
+                          dict(type='Resize', scale=(256, 256), keep_ratio=True),
+                          dict(type='PackDetInputs')])
+    losses = train_step(cfg, data, 'mmdet')
+    assert {'loss_cls', 'loss_bbox', 'loss_iou', 'd0.loss_cls'} <= set(losses), sorted(losses)
