@@ -11,17 +11,16 @@ iters=${ITERS:-200}
 bash "$here/tools/install.sh"
 cd "$out"
 [ -d data/toy/coco ] || "$PY" "$here/tools/make_toy_data.py" data/toy --train 64 --val 16 --size 256
-# iteration, loss and ETA of each logged training iteration (the full log goes to a file)
+# iteration, loss and ETA of each logged training iteration (the full log goes to a file);
+# a bash loop, not awk: mawk reads a pipe in blocks and would print nothing until the end
 progress() {
-  awk -v name="$1" '/Iter\(train\)/ {
-    it = eta = loss = "?"
-    if (match($0, /\[ *[0-9]+\/[0-9]+\]/)) {
-      it = substr($0, RSTART + 1, RLENGTH - 2); gsub(/ /, "", it)
-    }
-    if (match($0, /eta: [^ ]+/)) eta = substr($0, RSTART + 5, RLENGTH - 5)
-    if (match($0, / loss: [^ ]+/)) loss = substr($0, RSTART + 7, RLENGTH - 7)
-    printf "[quickstart] %s iter %s  loss %s  eta %s\n", name, it, loss, eta; fflush()
-  }'
+  local line re='Iter\(train\) *\[ *([0-9]+/[0-9]+)\].* eta: ([^ ]+).* loss: ([^ ]+)'
+  while IFS= read -r line; do
+    if [[ $line =~ $re ]]; then
+      printf '[quickstart] %s iter %s  loss %s  eta %s\n' "$1" "${BASH_REMATCH[1]}" \
+        "${BASH_REMATCH[3]}" "${BASH_REMATCH[2]}"
+    fi
+  done
 }
 for name in maskrcnn upernet; do
   cfg="$here/configs/toy/vit5-tiny_${name}_shapes.py"
