@@ -18,7 +18,7 @@ PY=${PYTHON:-python3}
 pip=("$PY" -m pip --disable-pip-version-check -q)
 PURE=(mmengine mmdet mmsegmentation mmpretrain fairscale ftfy wcwidth fvcore iopath yacs
       termcolor addict yapf platformdirs terminaltables prettytable mat4py modelindex
-      model-index ordered-set importlib-metadata timm einops)
+      model-index ordered-set importlib-metadata lazy-importer timm einops)
 BINARY=(pycocotools shapely)
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 
