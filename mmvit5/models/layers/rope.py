@@ -19,8 +19,8 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     Channel pairs (0, 1), (2, 3), ... are one complex number each, so the released
     ``x * cos + rotate_half(x) * sin`` is the complex product ``(x0 + i x1) (cos + i sin)``:
     eager, one complex multiply reads and writes ``x`` once instead of five elementwise passes.
-    Inductor generates no code for complex ops, so compiled graphs get the same product in
-    real arithmetic, which it fuses into one kernel. Half-precision inputs rotate in float32
+    Inductor generates no code for complex ops and ONNX has no complex type, so compiled and
+    exported graphs get the same product in real arithmetic (Inductor fuses it into one kernel). Half-precision inputs rotate in float32
     and are rounded back once. Tokens without a position (the class token) have cos 1 and
     sin 0, which leaves them bit-exact.
     """
