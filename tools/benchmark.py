@@ -20,11 +20,14 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 
+from mmvit5.benchmark.components import (COMPONENTS, PRETRAIN_SIZE,  # noqa: E402
+                                         component_times, select_components)
 from mmvit5.benchmark.core import Row, Setup, free_memory, progress  # noqa: E402
 from mmvit5.benchmark.full_model import full_model_rows  # noqa: E402
 from mmvit5.benchmark.peers import PEERS, VIT5_ARCHS, build_vit5, select_peers  # noqa: E402
 from mmvit5.benchmark.peers import unavailable_reason  # noqa: E402
-from mmvit5.benchmark.report import add_ratios, markdown_table, save_plot  # noqa: E402
+from mmvit5.benchmark.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
+                                     save_components_plot, save_plot)
 from mmvit5.benchmark.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
 from mmvit5.benchmark.targets import row_targets, targets_table, timed_targets  # noqa: E402
 from mmvit5.benchmark.timing import matmul_gflop_s  # noqa: E402
@@ -69,12 +72,25 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         'alternation (e.g. 512,1024; default none)')
     parser.add_argument('--target-rounds', type=int, default=5,
                         help='rounds of alternated steps per target ratio')
+    parser.add_argument('--components', nargs='?', const='all',
+                        help='instead of the main table, time ViT5 (default vit5-b) with each '
+                        'part removed, in eager and ONNX Runtime: all, or a comma list of '
+                        f'{[c.key for c in COMPONENTS]}')
+    parser.add_argument('--component-train-sizes', default='224,512',
+                        help='sizes at which --components also times the training step (1024 '
+                        'adds ~15 min for ViT5-B on 2 CPU cores)')
+    parser.add_argument('--component-rounds', type=int, default=3,
+                        help='alternated rounds per size and runtime of --components')
     parser.add_argument('--quick', action='store_true',
                         help='CI smoke preset: ' + ', '.join(f'{k}={v}' for k, v in QUICK.items()))
     parser.add_argument('--json', help='save the raw rows here')
-    parser.add_argument('--plot', default='work_dirs/benchmark.png')
+    parser.add_argument('--plot', help='PNG of the run (default work_dirs/benchmark.png, '
+                        'work_dirs/components.png with --components)')
     args = parser.parse_args(argv)
     cuda = args.device.startswith('cuda')
+    if args.components and not args.quick:
+        args.models = args.models or 'vit5-b'
+    args.plot = args.plot or f'work_dirs/{"components" if args.components else "benchmark"}.png'
     defaults = dict(sizes='224,512,1024', models='vit5-s,vit5-b', repeats=10, warmup=3,
                     peers='all', matmul_size=8192 if cuda else 2048)
     # explicit flags beat the preset, the preset beats the defaults
@@ -125,16 +141,45 @@ def run(args: argparse.Namespace, setup: Setup) -> List[Row]:
     return rows
 
 
+def run_components(args: argparse.Namespace, setup: Setup, device: str) -> int:
+    """The --components study: tables on stdout, bars in the plot, rows in --json."""
+    components = select_components(args.components)
+    results = [t for name in args.models.split(',')
+               for t in component_times(name, components, sizes(args.sizes),
+                                        sizes(args.component_train_sizes),
+                                        args.component_rounds, setup)]
+    import onnxruntime
+    print(f'## ViT-5 component costs: {device}, {args.dtype} (ORT float32), batch {args.batch}, '
+          f'img_size {PRETRAIN_SIZE}, median of {args.component_rounds} alternated rounds, '
+          f'torch {torch.__version__}, onnxruntime {onnxruntime.__version__}\n')
+    print(components_tables(results, components))
+    save_components_plot(results, components, args.plot)
+    progress(f'plot saved to {args.plot}')
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, 'w') as f:
+            json.dump(dict(meta=dict(device=device, dtype=args.dtype, threads=args.threads,
+                                     rounds=args.component_rounds, torch=torch.__version__,
+                                     onnxruntime=onnxruntime.__version__),
+                           components=[c._asdict() for c in components],
+                           times=[asdict(t) for t in results]), f, indent=1)
+        progress(f'rows saved to {args.json}')
+    # every variant of every runtime timed, or the run failed
+    return int(any(t.note or len(t.latencies_ms) != len(components) for t in results))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     setup = Setup(torch.device(args.device), getattr(torch, args.dtype), args.batch,
                   args.warmup, args.repeats)
+    device = (torch.cuda.get_device_name(setup.device) if setup.device.type == 'cuda'
+              else f'CPU, {args.threads} threads')
+    if args.components:
+        return run_components(args, setup, device)
     setup.matmul_gflop_s = matmul_gflop_s(setup, args.matmul_size)
     rows = run(args, setup)
     add_ratios(rows)
-    device = (torch.cuda.get_device_name(setup.device) if setup.device.type == 'cuda'
-              else f'CPU, {args.threads} threads')
     print(f'## ViT-5 benchmark: {device}, {args.dtype}, batch {args.batch}, '
           f'median of {args.repeats} after {args.warmup} warmup, torch {torch.__version__}\n')
     print(markdown_table(rows, setup))

@@ -1,7 +1,9 @@
-"""Markdown tables and the latency plot."""
+"""Markdown tables and plots: the main rows and the component costs."""
 import os
+import statistics
 from typing import Dict, List, Optional, Tuple
 
+from .components import Component, ComponentTimes
 from .core import Row, Setup
 from .peers import BASELINE
 
@@ -58,6 +60,64 @@ def save_plot(rows: List[Row], path: str) -> None:
         axis.grid(True, which='both', alpha=0.3)
         if points:
             axis.legend(fontsize=8)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def components_tables(results: List[ComponentTimes], components: List[Component]) -> str:
+    """Median latency of every variant, then each part's cost per input and runtime."""
+    columns = [(r.input, r.runtime) for r in results if r.model == results[0].model]
+    lines = ['| model | variant | ' + ' | '.join(f'{i} {rt} ms' for i, rt in columns) + ' |',
+             '|' + '---|' * (len(columns) + 2)]
+    by_column = {(r.model, r.input, r.runtime): r for r in results}
+    models = list(dict.fromkeys(r.model for r in results))
+    for model in models:
+        for c in components:
+            cells = [fmt(by_column[(model, *col)].median_ms(c.key), 1) for col in columns]
+            lines.append(f'| {model} | {c.variant} | ' + ' | '.join(cells) + ' |')
+    lines += ['', '| model | part: cost = released / without - 1 (median, range) | ' +
+              ' | '.join(f'{i} {rt}' for i, rt in columns) + ' |',
+              '|' + '---|' * (len(columns) + 2)]
+    for model in models:
+        for c in components[1:]:
+            cells = []
+            for col in columns:
+                cost = by_column[(model, *col)].cost(c.key)
+                cells.append('n/a' if not cost else f'{statistics.median(cost):+.1%} '
+                             f'({min(cost):+.1%}..{max(cost):+.1%})')
+            lines.append(f'| {model} | {c.part} | ' + ' | '.join(cells) + ' |')
+    notes = sorted({f'{r.input} {r.runtime}: {r.note}' for r in results if r.note})
+    return '\n'.join(lines + [''] + [f'- {n}' for n in notes])
+
+
+def save_components_plot(results: List[ComponentTimes], components: List[Component],
+                         path: str) -> None:
+    """One bar per part and (input, runtime): its cost, with the range of the rounds."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    model = results[0].model
+    columns = [r for r in results if r.model == model]
+    parts = components[1:]
+    figure, axis = plt.subplots(figsize=(11, 0.9 + 0.55 * len(parts) * max(1, len(columns) / 4)))
+    height = 0.8 / max(len(columns), 1)
+    for j, times in enumerate(columns):
+        costs = [times.cost(c.key) or [float('nan')] for c in parts]
+        medians = [100 * statistics.median(c) for c in costs]
+        spans = [[100 * (statistics.median(c) - min(c)) for c in costs],
+                 [100 * (max(c) - statistics.median(c)) for c in costs]]
+        axis.barh([i + j * height for i in range(len(parts))], medians, height, xerr=spans,
+                  label=f'{times.input} {times.runtime}', capsize=2)
+    axis.set_yticks([i + 0.4 - height / 2 for i in range(len(parts))],
+                    [c.part for c in parts])
+    axis.invert_yaxis()
+    axis.axvline(0, color='black', linewidth=0.8)
+    axis.set(xlabel='cost: time of the released model / time without the part - 1 (%)',
+             title=f'{model}: what each part costs (median and range of alternated rounds)')
+    axis.grid(True, axis='x', alpha=0.3)
+    axis.legend(fontsize=7, loc='best')
     figure.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=120)

@@ -108,6 +108,7 @@ def ort_session(path: str, threads: Optional[int] = None):
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or torch.get_num_threads()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # constant-folding notes on every load are not problems
     providers = [p for p in ('CUDAExecutionProvider', 'CPUExecutionProvider')
                  if p in ort.get_available_providers()]
     return ort.InferenceSession(path, options, providers=providers)
