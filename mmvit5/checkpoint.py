@@ -5,8 +5,9 @@ fine-tuned model and the forward pass agree on how the absolute embedding is str
 """
 import os
 import pickle
+import re
 import zipfile
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -91,13 +92,60 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Sequence[int],
 
 
 def check_vit5_state(state: Dict[str, torch.Tensor], source: str) -> None:
-    """Raise unless ``state`` holds ViT-5 weights (class token, position embedding, QK-Norm)."""
-    if not {'cls_token', 'pos_embed'} <= set(state) or \
-            not any(k.endswith('attn.q_norm.weight') for k in state):
+    """Raise unless ``state`` holds ViT-5 weights (class token and attention blocks).
+
+    Only what every ablation keeps is required: files of models saved without the absolute
+    embedding or QK-Norm are ViT-5 files too.
+    """
+    if 'cls_token' not in state or \
+            not any(re.fullmatch(r'blocks\.\d+\.attn\.qkv\.weight', k) for k in state):
         raise CheckpointError(
-            f'{source} is not a ViT-5 checkpoint: it has no cls_token / pos_embed / '
-            f'attn.q_norm weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file '
-            'or one saved by mmvit5.')
+            f'{source} is not a ViT-5 checkpoint: it has no cls_token / blocks.N.attn.qkv '
+            f'weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file or one saved '
+            'by mmvit5.')
+
+
+def fold_layer_scale(state: Dict[str, torch.Tensor]) -> Tuple[Dict[str, torch.Tensor], List[str]]:
+    """Fold each block's LayerScale into the layer that ends its branch, for a model without
+    LayerScale: ``gamma * (W x + b) = (gamma W) x + gamma b``, so the function is unchanged.
+
+    Returns the new state (``gamma_1`` into ``attn.proj``, ``gamma_2`` into ``mlp.fc2``) and
+    the folded keys; a gamma whose layer is not in ``state`` stays where it is.
+    """
+    state = dict(state)
+    folded = []
+    for key in [k for k in state if re.fullmatch(r'blocks\.\d+\.gamma_[12]', k)]:
+        layer = key[:-len('gamma_1')] + ('attn.proj' if key.endswith('1') else 'mlp.fc2')
+        if f'{layer}.weight' not in state or f'{layer}.bias' not in state:
+            continue
+        gamma = state.pop(key)
+        state[f'{layer}.weight'] = state[f'{layer}.weight'] * gamma[:, None]
+        state[f'{layer}.bias'] = state[f'{layer}.bias'] * gamma
+        folded.append(key)
+    return state, folded
+
+
+def compact_keys(keys: Iterable[str]) -> str:
+    """The keys with block indices grouped: ``'blocks.{0-11}.attn.q_norm.weight, pos_embed'``."""
+    groups: Dict[str, List[int]] = {}
+    for key in keys:
+        match = re.fullmatch(r'blocks\.(\d+)\.(.+)', key)
+        if match:
+            groups.setdefault(match.group(2), []).append(int(match.group(1)))
+        else:
+            groups.setdefault(key, [])
+    parts = []
+    for name, blocks in groups.items():
+        blocks = sorted(blocks)
+        if not blocks:
+            parts.append(name)
+        elif len(blocks) == 1:
+            parts.append(f'blocks.{blocks[0]}.{name}')
+        elif blocks == list(range(blocks[0], blocks[-1] + 1)):
+            parts.append(f'blocks.{{{blocks[0]}-{blocks[-1]}}}.{name}')
+        else:
+            parts.append(f'blocks.{{{",".join(map(str, blocks))}}}.{name}')
+    return ', '.join(parts)
 
 
 def describe_state(state: Dict[str, torch.Tensor]) -> str:

@@ -251,7 +251,8 @@ def test_autocast_is_finite_and_close(released, dtype):
 
 
 @pytest.mark.parametrize('kwargs, message', [
-    (dict(num_registers=3), 'num_registers must be a positive square'),
+    (dict(num_registers=-1), 'num_registers must be an integer >= 0'),
+    (dict(norm='batch'), "norm must be one of \\('rms', 'ln'\\)"),
     (dict(arch=dict(embed_dim=66, depth=2, num_heads=4)), 'not divisible by num_heads'),
     (dict(arch=dict(embed_dim=72, depth=2, num_heads=4)), 'divisible by 4 for 2D RoPE'),
     (dict(out_indices=(0, 3)), 'out_indices entry 3 is out of range'),

@@ -4,8 +4,10 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 -> ``[cls, patches, registers]`` -> blocks (RoPE from one cached table per grid)
 -> strip the class token and registers -> (B, C, H, W) per ``out_indices`` entry.
 """
-from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+import logging
+import re
+from collections import OrderedDict, defaultdict
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -20,20 +22,24 @@ from torchvision.ops import StochasticDepth
 from ...checkpoint import (
     CheckpointError,
     check_vit5_state,
+    compact_keys,
     describe_state,
     extract_state_dict,
+    fold_layer_scale,
     read_checkpoint,
     resize_pos_embed,
     square_grid,
 )
 from ..layers.attention import Attention
 from ..layers.layer_scale import scaled_linear
-from ..layers.norm import RMSNorm
-from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, rotations, sequence_angles
+from ..layers.norm import RMSNorm, token_norm
+from ..layers.rope import (ROPE_MODES, RotaryEmbedding2D, register_grid, rotations,
+                           sequence_angles)
 
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
 DROP_PATH_SCHEDULES = ('uniform', 'linear')
 CP_IMPLS = ('fairscale', 'torch')
+RELEASED_REGISTERS = 4
 
 
 class Mlp(nn.Module):
@@ -59,30 +65,40 @@ class Block(nn.Module):
         num_heads (int): Attention heads.
         mlp_ratio (float): MLP hidden width over C.
         drop_path (float): Stochastic-depth rate of this block.
-        layer_scale_init_value (float): Initial value of ``gamma_1``/``gamma_2``.
+        layer_scale_init_value (float, optional): Initial value of ``gamma_1``/``gamma_2``;
+            None builds the block without LayerScale (``x + f(norm(x))``).
         qk_norm (bool): QK-Norm in attention.
+        qkv_bias (bool): Bias in the attention's ``qkv``.
+        norm_layer (Callable[[int], nn.Module]): The block's norms and QK-Norm.
         fused_attn (bool): Use ``scaled_dot_product_attention``.
         window_size (int): 0 for global attention, else windowed (see :class:`Attention`).
 
     Shape:
-        - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin); grid: (rows, cols).
+        - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin) or None;
+          grid: (rows, cols).
         - Output: (B, T, C).
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0,
-                 drop_path: float = 0.0, layer_scale_init_value: float = 1e-4,
-                 qk_norm: bool = True, fused_attn: bool = True, window_size: int = 0) -> None:
+                 drop_path: float = 0.0, layer_scale_init_value: Optional[float] = 1e-4,
+                 qk_norm: bool = True, qkv_bias: bool = False,
+                 norm_layer: Callable[[int], nn.Module] = RMSNorm, fused_attn: bool = True,
+                 window_size: int = 0) -> None:
         super().__init__()
-        self.norm1 = RMSNorm(dim)
-        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, fused=fused_attn,
-                              window_size=window_size)
-        self.norm2 = RMSNorm(dim)
+        self.norm1 = norm_layer(dim)
+        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, qkv_bias=qkv_bias,
+                              norm_layer=norm_layer, fused=fused_attn, window_size=window_size)
+        self.norm2 = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
-        self.gamma_1 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
-        self.gamma_2 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
+        if layer_scale_init_value is None:
+            self.register_parameter('gamma_1', None)
+            self.register_parameter('gamma_2', None)
+        else:
+            self.gamma_1 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
+            self.gamma_2 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
         self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor,
+    def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
                 grid: Tuple[int, int]) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), rope, grid, self.gamma_1))
         return x + self.drop_path(self.mlp(self.norm2(x), self.gamma_2))
@@ -128,7 +144,9 @@ class ViT5(BaseModule):
             grid and RoPE's ``n_pt``; inputs of any size are accepted at run time.
         patch_size (int): Defaults to 16.
         in_channels (int): Defaults to 3.
-        num_registers (int): Register tokens, a square number (2D register RoPE).
+        num_registers (int): Register tokens, any count >= 0 (4 released). Their RoPE grid
+            has ``ceil(sqrt(R))`` columns filled row by row (:func:`register_grid`): 2x2 for
+            4, as released; 2x3 with the last cell empty for 5.
         out_indices (int | Sequence[int]): Blocks whose outputs are returned; negative
             values count from the end. Defaults to -1.
         out_type (str): ``'featmap'`` (B, C, H, W) patch map with class token and registers
@@ -144,8 +162,15 @@ class ViT5(BaseModule):
         drop_path_rate (float): Stochastic depth.
         drop_path_schedule (str): ``'uniform'`` (the same rate in every block, as the
             reference) or ``'linear'`` (0 to ``drop_path_rate`` over depth).
-        layer_scale_init_value (float): LayerScale init. Defaults to 1e-4, as released.
-        qk_norm (bool): Defaults to True.
+        layer_scale_init_value (float, optional): LayerScale init. Defaults to 1e-4, as
+            released; None builds no LayerScale (no ``gamma_*`` parameters).
+        qk_norm (bool): QK-Norm. Defaults to True.
+        use_abs_pos (bool): The absolute position embedding; False builds no ``pos_embed``.
+            Defaults to True.
+        use_rope (bool): 2D RoPE on patches and registers. Defaults to True.
+        norm (str): Every norm of the backbone (blocks, QK-Norm, final): ``'rms'`` (RMSNorm,
+            released) or ``'ln'`` (LayerNorm with bias, eps 1e-6).
+        qkv_bias (bool): Bias in the attention's ``qkv``. Defaults to False, as released.
         fused_attn (bool): ``F.scaled_dot_product_attention``. Defaults to True.
         window_size (int): 0 (default) for global attention in every block; else ViTDet-style
             windowed attention of this side (in patches, e.g. 14) in all blocks but
@@ -163,6 +188,11 @@ class ViT5(BaseModule):
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a
             released, mmengine or mmdet/mmseg checkpoint (``prefix`` and ``checkpoint_key``
             select the entry); anything else is mmengine's usual initialisation.
+
+    The defaults of ``num_registers``, ``layer_scale_init_value``, ``qk_norm``,
+    ``use_abs_pos``, ``use_rope``, ``norm`` and ``qkv_bias`` are the released model; the other
+    values are ablations (``configs/ablations/``). A released checkpoint loads into an
+    ablated model as far as it fits (:meth:`adapt_state_dict`).
     """
 
     arch_zoo = {
@@ -186,8 +216,12 @@ class ViT5(BaseModule):
                  reg_rope_theta: float = 100.0,
                  drop_path_rate: float = 0.0,
                  drop_path_schedule: str = 'uniform',
-                 layer_scale_init_value: float = 1e-4,
+                 layer_scale_init_value: Optional[float] = 1e-4,
                  qk_norm: bool = True,
+                 use_abs_pos: bool = True,
+                 use_rope: bool = True,
+                 norm: str = 'rms',
+                 qkv_bias: bool = False,
                  fused_attn: bool = True,
                  window_size: int = 0,
                  global_attn_indices: Optional[Sequence[int]] = None,
@@ -216,17 +250,28 @@ class ViT5(BaseModule):
         self.rope_mode = rope_mode
         self.frozen_stages = frozen_stages
         self.check_finite = check_finite
+        self.layer_scale_init_value = layer_scale_init_value
+        self.qk_norm = qk_norm
+        self.use_abs_pos = use_abs_pos
+        self.use_rope = use_rope
+        self.norm_type = norm
+        self.qkv_bias = qkv_bias
+        norm_layer = token_norm(norm)
 
         num_patches = self.pretrain_grid[0] * self.pretrain_grid[1]
         self.patch_embed = PatchEmbed(in_channels, embed_dim, patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
-        self.reg_token = nn.Parameter(torch.zeros(1, num_registers, embed_dim))
-        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches, embed_dim))
+        self.reg_token = nn.Parameter(torch.zeros(1, num_registers, embed_dim)) \
+            if num_registers else None
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches, embed_dim)) \
+            if use_abs_pos else None
         head_dim = embed_dim // num_heads
-        reg_side = int(round(num_registers**0.5))
-        self.rope = RotaryEmbedding2D(head_dim, rope_theta, self.pretrain_grid)
-        self.rope_reg = RotaryEmbedding2D(head_dim, reg_rope_theta, reg_side)
-        self._rope_cache: Dict[tuple, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self.rope = RotaryEmbedding2D(head_dim, rope_theta, self.pretrain_grid) \
+            if use_rope else None
+        self.rope_reg = RotaryEmbedding2D(head_dim, reg_rope_theta,
+                                          register_grid(num_registers)) \
+            if use_rope and num_registers else None
+        self._rope_cache: Dict[tuple, Optional[torch.Tensor]] = {}
 
         if drop_path_schedule == 'uniform':
             rates = [drop_path_rate] * depth
@@ -235,14 +280,14 @@ class ViT5(BaseModule):
         self.global_attn_indices = self._global_blocks(window_size, global_attn_indices, depth)
         self.blocks = nn.ModuleList([
             Block(embed_dim, num_heads, self.arch_settings.get('mlp_ratio', 4.0), rates[i],
-                  layer_scale_init_value, qk_norm, fused_attn,
+                  layer_scale_init_value, qk_norm, qkv_bias, norm_layer, fused_attn,
                   0 if i in self.global_attn_indices else window_size) for i in range(depth)
         ])
         self.with_cp = with_cp
         self.cp_impl = cp_impl
         if with_cp and cp_impl == 'fairscale':
             self._wrap_checkpointing()
-        self.norm = RMSNorm(embed_dim) if final_norm else nn.Identity()
+        self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
         self._freeze_stages()
 
     # ----------------------------------------------------------------- configuration
@@ -269,9 +314,9 @@ class ViT5(BaseModule):
         if (embed_dim // num_heads) % 4:
             raise ValueError(f'head dim {embed_dim // num_heads} (embed_dim / num_heads) must '
                              'be divisible by 4 for 2D RoPE; change embed_dim or num_heads')
-        if num_registers < 1 or int(round(num_registers**0.5))**2 != num_registers:
-            raise ValueError(f'num_registers must be a positive square number (registers '
-                             f'form a 2D RoPE grid), got {num_registers}; use 1, 4, 16, ...')
+        if not isinstance(num_registers, int) or num_registers < 0:
+            raise ValueError(f'num_registers must be an integer >= 0 (0 for no registers, 4 '
+                             f'as released), got {num_registers!r}')
         for name, value, allowed in (('out_type', out_type, OUT_TYPES),
                                      ('rope_mode', rope_mode, ROPE_MODES),
                                      ('drop_path_schedule', drop_path_schedule,
@@ -321,6 +366,9 @@ class ViT5(BaseModule):
     # ----------------------------------------------------------------- weights
     def init_weights(self) -> None:
         if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained':
+            # what the checkpoint does not cover (an ablation's extra biases or registers)
+            # starts from the from-scratch initialisation
+            self._init_from_scratch()
             self.load_pretrained(self.init_cfg['checkpoint'],
                                  checkpoint_key=self.init_cfg.get('checkpoint_key'),
                                  prefix=self.init_cfg.get('prefix'))
@@ -328,14 +376,17 @@ class ViT5(BaseModule):
             return
         super().init_weights()
         if self.init_cfg is None:
-            trunc_normal_(self.pos_embed, std=0.02)
-            trunc_normal_(self.cls_token, std=0.02)
-            trunc_normal_(self.reg_token, std=0.02)
-            for module in self.modules():
-                if isinstance(module, nn.Linear):
-                    trunc_normal_(module.weight, std=0.02)
-                    if module.bias is not None:
-                        nn.init.zeros_(module.bias)
+            self._init_from_scratch()
+
+    def _init_from_scratch(self) -> None:
+        for token in (self.pos_embed, self.cls_token, self.reg_token):
+            if token is not None:
+                trunc_normal_(token, std=0.02)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
 
     def load_pretrained(self, path: str, checkpoint_key: Optional[str] = None,
                         prefix: Optional[str] = None) -> None:
@@ -343,20 +394,65 @@ class ViT5(BaseModule):
 
         ``pos_embed`` is resized (bicubic) from the checkpoint's grid to this model's
         ``img_size`` grid; the classifier head is ignored; the per-block RoPE frequency
-        buffers of the released files are checked against this model's and dropped. Any
-        other missing, unexpected or mis-shaped key raises :class:`CheckpointError`.
+        buffers of the released files are checked against this model's and dropped. Parts
+        that this model's ablation switches change load as far as they fit
+        (:meth:`adapt_state_dict`); any other missing, unexpected or mis-shaped key raises
+        :class:`CheckpointError`.
         """
         state = extract_state_dict(read_checkpoint(path), checkpoint_key, prefix)
         state = self.adapt_state_dict(state, source=path)
-        self.load_state_dict(state, strict=True)
+        # adapt_state_dict has checked every key; what it left out is logged as left at init
+        self.load_state_dict(state, strict=False)
         self._rope_cache.clear()
         print_log(f'ViT5: loaded {len(state)} tensors from {path}', logger='current')
 
+    def switches(self) -> Dict[str, object]:
+        """The ablation switches set away from the released model, e.g. ``{'qk_norm': False}``."""
+        values = dict(num_registers=self.num_registers,
+                      layer_scale_init_value=self.layer_scale_init_value,
+                      qk_norm=self.qk_norm, use_abs_pos=self.use_abs_pos,
+                      use_rope=self.use_rope, norm=self.norm_type, qkv_bias=self.qkv_bias)
+        released = dict(num_registers=RELEASED_REGISTERS, layer_scale_init_value=1e-4,
+                        qk_norm=True, use_abs_pos=True, use_rope=True, norm='rms',
+                        qkv_bias=False)
+        return {k: v for k, v in values.items() if v != released[k]}
+
+    def _switched_keys(self) -> List[Tuple[str, str]]:
+        """(key pattern, switch) of the tensors in which the switches make this model differ
+        from a released one: a checkpoint may lack them, have them, or have another shape."""
+        switches = self.switches()
+        patterns = dict(
+            num_registers=r'reg_token', layer_scale_init_value=r'blocks\.\d+\.gamma_[12]',
+            qk_norm=r'blocks\.\d+\.attn\.[qk]_norm\.weight', use_abs_pos=r'pos_embed',
+            norm=r'(blocks\.\d+\.(norm[12]|attn\.[qk]_norm)|norm)\.bias',
+            qkv_bias=r'blocks\.\d+\.attn\.qkv\.bias')
+        # RoPE has no parameters (its buffers are handled apart); another LayerScale init
+        # keeps the released parameters, which a checkpoint then overrides
+        return [(patterns[k], f'{k}={v!r}') for k, v in switches.items()
+                if k in patterns and (k != 'layer_scale_init_value' or v is None)]
+
     def adapt_state_dict(self, state: Dict[str, torch.Tensor],
                          source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
-        """Map a checkpoint's backbone tensors onto this model's keys, or raise."""
+        """Map a checkpoint's backbone tensors onto this model's keys, or raise.
+
+        Where an ablation switch makes this model differ from the checkpoint, what fits loads:
+        the checkpoint's tensors of a part switched off are dropped (LayerScale is folded into
+        ``attn.proj`` / ``mlp.fc2`` instead, which keeps the function), the model's tensors of
+        a part the checkpoint lacks (LayerNorm and ``qkv`` biases, a register count of another
+        size) stay at their initial values, and each case is logged as a warning with its
+        keys. Every other difference raises :class:`CheckpointError`, as does a checkpoint of
+        which nothing fits.
+
+        Returns:
+            OrderedDict: The tensors to load (a subset of this model's keys).
+        """
         check_vit5_state(state, source)
         own = self.state_dict()
+        notes: Dict[Tuple[str, str], List[str]] = defaultdict(list)  # (what, switch) -> keys
+        if self.layer_scale_init_value is None:
+            state, folded = fold_layer_scale(state)
+            notes['folded into attn.proj / mlp.fc2, the same function',
+                  'layer_scale_init_value=None'] += folded
         adapted = OrderedDict()
         mismatched = []
         for key, value in state.items():
@@ -364,11 +460,14 @@ class ViT5(BaseModule):
                 continue
             if key.endswith(('attn.rope.freqs', 'attn.rope_reg.freqs')):
                 # deterministic buffers, stored per block by the reference: check, then drop
-                expected = (self.rope_reg if 'rope_reg' in key else self.rope).freqs
-                if value.shape != expected.shape or not torch.allclose(
-                        value.float(), expected, rtol=1e-6, atol=0):
+                rope = self.rope_reg if 'rope_reg' in key else self.rope
+                if rope is None:
+                    notes['dropped', 'use_rope=False' if not self.use_rope else
+                          'num_registers=0'].append(key)
+                elif value.shape != rope.freqs.shape or not torch.allclose(
+                        value.float(), rope.freqs, rtol=1e-6, atol=0):
                     mismatched.append(f'{key}: checkpoint {value.tolist()[:3]}... vs model '
-                                      f'{expected.tolist()[:3]}... (RoPE theta or head dim)')
+                                      f'{rope.freqs.tolist()[:3]}... (RoPE theta or head dim)')
                 continue
             if key == 'pos_embed' and key in own and value.shape != own[key].shape \
                     and value.shape[-1] == own[key].shape[-1]:
@@ -377,30 +476,64 @@ class ViT5(BaseModule):
                 print_log(f'ViT5: resized pos_embed of {source} from {state[key].shape[1]} to '
                           f'{value.shape[1]} positions', logger='current')
             adapted[key] = value
-        missing = [k for k in own if k not in adapted]
+        switched = self._switched_keys()
+
+        def switch_of(key: str) -> Optional[str]:
+            return next((s for pattern, s in switched if re.fullmatch(pattern, key)), None)
+
+        for key in list(adapted):
+            reason = switch_of(key)
+            if reason and key not in own:
+                notes['dropped', reason].append(key)
+            elif reason and adapted[key].shape != own[key].shape:
+                notes[f'left at init (checkpoint {tuple(adapted[key].shape)})',
+                      reason].append(key)
+            else:
+                continue
+            del adapted[key]
+        for key in own:
+            if key not in adapted and key not in state and switch_of(key):
+                notes['left at init', switch_of(key)].append(key)
+        explained = {k for keys in notes.values() for k in keys}
+        missing = [k for k in own if k not in adapted and k not in explained]
         unexpected = [k for k in adapted if k not in own]
         mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
                       for k, v in adapted.items() if k in own and v.shape != own[k].shape
                       ] + mismatched
-        if missing or unexpected or mismatched:
+        fits = sum(k in own and v.shape == own[k].shape for k, v in adapted.items())
+        if missing or unexpected or mismatched or fits <= 0:
             raise CheckpointError(
-                f'{source} does not fit this ViT5 ({self._describe()}; the checkpoint looks '
-                f'like {describe_state(state)}).' +
+                (f'nothing in {source} fits this ViT5' if fits <= 0 else
+                 f'{source} does not fit this ViT5') +
+                f' ({self._describe()}; the checkpoint looks like {describe_state(state)}).' +
                 (f'\n  mismatched shapes: {mismatched[:8]}' if mismatched else '') +
                 (f'\n  missing keys: {missing[:8]}' if missing else '') +
                 (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
-                '\nSet arch / num_registers to the checkpoint\'s, or use a matching file.')
+                '\nSet arch / num_registers / the ablation switches to the checkpoint\'s, or '
+                'use a matching file.')
+        if self.layer_scale_init_value not in (None, 1e-4):
+            # an init ablation means nothing once a checkpoint's gammas replace the init
+            notes['loaded over the init', f'layer_scale_init_value='
+                  f'{self.layer_scale_init_value!r}'] += [k for k in adapted if 'gamma_' in k]
+        for (what, reason), keys in notes.items():
+            if keys:
+                print_log(f'ViT5: {source}: {len(keys)} tensors {what} ({reason}): '
+                          f'{compact_keys(keys)}', logger='current', level=logging.WARNING)
         return adapted
 
     def _describe(self) -> str:
+        switches = ''.join(f', {k}={v!r}' for k, v in self.switches().items()
+                           if k != 'num_registers')
         return (f'embed_dim {self.embed_dim}, depth {self.depth}, '
-                f'{self.num_registers} registers')
+                f'{self.num_registers} registers{switches}')
 
     # ----------------------------------------------------------------- forward
     def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype, device: torch.device,
-                   num_registers: Optional[int] = None) -> torch.Tensor:
+                   num_registers: Optional[int] = None) -> Optional[torch.Tensor]:
         """RoPE (cos, sin) table (T, head_dim // 2, 2) for ``[cls, patches, registers]`` on
-        ``grid``, cached."""
+        ``grid``, cached; None when ``use_rope=False``."""
+        if not self.use_rope:
+            return None
         num_registers = self.num_registers if num_registers is None else num_registers
         key = (grid, dtype, device, self.rope_mode, num_registers)
         # torch.export would pin a looked-up key's grid to the example input's: exported
@@ -441,9 +574,11 @@ class ViT5(BaseModule):
         """Embed images into the token sequence ``[cls, patches, registers]`` (B, T, C)."""
         self._check_input(x)
         x, grid = self.patch_embed(x)
-        x = x + resize_pos_embed(self.pos_embed, self.pretrain_grid, grid)
+        if self.pos_embed is not None:
+            x = x + resize_pos_embed(self.pos_embed, self.pretrain_grid, grid)
         B = x.shape[0]
-        registers = self.reg_token.expand(B, -1, -1) if with_registers else x[:, :0]
+        registers = self.reg_token.expand(B, -1, -1) \
+            if with_registers and self.reg_token is not None else x[:, :0]
         return torch.cat((self.cls_token.expand(B, -1, -1), x, registers), dim=1), grid
 
     def forward_features(self, x: torch.Tensor,
@@ -460,7 +595,7 @@ class ViT5(BaseModule):
             (B, R, C) (R = 0 without registers) and ``grid`` (H, W).
         """
         x, grid = self.tokens(x, with_registers)
-        rope = self.rope_table(grid, self.pos_embed.dtype, x.device,
+        rope = self.rope_table(grid, self.cls_token.dtype, x.device,
                                self.num_registers if with_registers else 0)
         for block in self.blocks:
             x = self._run_block(block, x, rope, grid)
@@ -473,7 +608,7 @@ class ViT5(BaseModule):
         """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry, in
         that order; blocks after the last requested one are not run."""
         x, grid = self.tokens(x)
-        rope = self.rope_table(grid, self.pos_embed.dtype, x.device)
+        rope = self.rope_table(grid, self.cls_token.dtype, x.device)
         outs = {}
         for i, block in enumerate(self.blocks[:max(self.out_indices) + 1]):
             x = self._run_block(block, x, rope, grid)
@@ -504,7 +639,8 @@ class ViT5(BaseModule):
         if self.frozen_stages == self.depth:
             frozen.append(self.norm)
         for param in (self.pos_embed, self.cls_token, self.reg_token):
-            param.requires_grad = False
+            if param is not None:
+                param.requires_grad = False
         for module in frozen:
             module.eval()
             for param in module.parameters():

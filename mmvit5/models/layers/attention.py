@@ -1,5 +1,5 @@
 """Multi-head self-attention of ViT-5: bias-free QKV, QK-Norm, 2D RoPE, fused SDPA, windows."""
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -53,7 +53,9 @@ class Attention(nn.Module):
     """ViT-5 attention, global or windowed.
 
     ``qkv`` has no bias (the one bias ViT-5 removes); q and k are RMS-normalised over the
-    head dimension *before* RoPE; ``proj`` keeps its bias.
+    head dimension *before* RoPE; ``proj`` keeps its bias. The ablation switches of
+    :class:`ViT5` turn each part off or swap it (``qkv_bias``, ``qk_norm``, ``norm_layer``, no
+    ``rope`` table).
 
     Windowed blocks (ViTDet style, ``window_size > 0``) rotate q and k with their global image
     coordinates first, so windowed and global blocks agree on positions. The rule for the
@@ -65,17 +67,20 @@ class Attention(nn.Module):
         dim (int): Token width C.
         num_heads (int): Heads; ``dim`` must be divisible by it.
         qk_norm (bool): QK-Norm. Defaults to True.
+        qkv_bias (bool): Bias in ``qkv``. Defaults to False, as ViT-5.
+        norm_layer (Callable[[int], nn.Module]): QK-Norm's layer. Defaults to RMSNorm.
         fused (bool): Use ``F.scaled_dot_product_attention``; False computes the explicit
             softmax formula (same function, kept to check the fused path). Defaults to True.
         window_size (int): 0 for global attention, else the window side in patches.
 
     Shape:
-        - x: (B, T, C) with T = 1 + rows * cols + R; rope: (T, C // heads // 2, 2) (cos, sin);
-          grid: (rows, cols)
+        - x: (B, T, C) with T = 1 + rows * cols + R; rope: (T, C // heads // 2, 2) (cos, sin)
+          or None (no RoPE); grid: (rows, cols)
         - output: (B, T, C)
     """
 
-    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, fused: bool = True,
+    def __init__(self, dim: int, num_heads: int, qk_norm: bool = True, qkv_bias: bool = False,
+                 norm_layer: Callable[[int], nn.Module] = RMSNorm, fused: bool = True,
                  window_size: int = 0) -> None:
         super().__init__()
         self.num_heads = num_heads
@@ -83,9 +88,9 @@ class Attention(nn.Module):
         self.scale = self.head_dim**-0.5
         self.fused = fused
         self.window_size = window_size
-        self.qkv = nn.Linear(dim, dim * 3, bias=False)
-        self.q_norm = RMSNorm(self.head_dim) if qk_norm else nn.Identity()
-        self.k_norm = RMSNorm(self.head_dim) if qk_norm else nn.Identity()
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.q_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
+        self.k_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -98,14 +103,15 @@ class Attention(nn.Module):
             attn = attn.masked_fill(~mask, float('-inf'))
         return attn.softmax(dim=-1) @ v
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, grid: Tuple[int, int],
+    def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor], grid: Tuple[int, int],
                 out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``out_scale`` (C, ): the block's LayerScale, folded into ``proj``."""
         B, T, C = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        q = apply_rope(self.q_norm(q), rope)
-        k = apply_rope(self.k_norm(k), rope)
+        q, k = self.q_norm(q), self.k_norm(k)
+        if rope is not None:
+            q, k = apply_rope(q, rope), apply_rope(k, rope)
         if self.window_size:
             x = self.windowed(q, k, v, grid)
         else:

@@ -1,4 +1,7 @@
 """Normalization layers: ViT-5's RMSNorm and the channels-first LayerNorm of ViTDet necks."""
+from functools import partial
+from typing import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -89,3 +92,15 @@ class LayerNorm2d(nn.LayerNorm):
         x = x.permute(0, 2, 3, 1)
         x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
         return x.permute(0, 3, 1, 2)
+
+
+# the token norms a ViT5 can be built with: ViT-5's RMSNorm, or the LayerNorm of ViT/DeiT
+TOKEN_NORMS = {'rms': RMSNorm, 'ln': partial(nn.LayerNorm, eps=1e-6)}
+
+
+def token_norm(norm: str) -> Callable[[int], nn.Module]:
+    """The norm layer class (``dim -> module``) named by ``norm`` (``'rms'`` | ``'ln'``)."""
+    if norm not in TOKEN_NORMS:
+        raise ValueError(f"norm must be one of {tuple(TOKEN_NORMS)} ('rms' is ViT-5's RMSNorm, "
+                         f"'ln' LayerNorm with bias), got {norm!r}")
+    return TOKEN_NORMS[norm]

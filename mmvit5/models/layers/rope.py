@@ -2,9 +2,11 @@
 
 Per head, the first half of the channels rotates with the token's *row* and the second half
 with its *column*. Within each half, channel pairs (0, 1), (2, 3), ... share one frequency.
-One module serves the patch grid (theta 10000) and the 2x2 register grid (theta 100).
+One module serves the patch grid (theta 10000) and the register grid (theta 100; 2x2 for the
+released 4 registers, :func:`register_grid` for other counts).
 """
-from typing import Tuple, Union
+import math
+from typing import Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -86,18 +88,34 @@ class RotaryEmbedding2D(nn.Module):
         return f'head_dim={self.head_dim}, theta={self.theta}, grid_size={self.grid_size}'
 
 
-def sequence_angles(patch_rope: RotaryEmbedding2D, reg_rope: RotaryEmbedding2D,
+def register_grid(num_registers: int) -> Tuple[int, int]:
+    """(rows, cols) of the grid the registers' RoPE places them on.
+
+    Registers fill ``cols = ceil(sqrt(R))`` columns row by row: register ``r`` sits at row
+    ``r // cols``, column ``r % cols``, and the last row may be partly empty. A square count is
+    the released layout (4 registers: 2x2); 2 are one row of 2, 6 two rows of 3, 5 the first
+    five cells of that 2x3 grid; 0 registers take no grid.
+    """
+    if num_registers < 0:
+        raise ValueError(f'num_registers must be >= 0, got {num_registers}')
+    cols = math.isqrt(num_registers - 1) + 1 if num_registers else 0
+    return (-(-num_registers // cols) if cols else 0), cols
+
+
+def sequence_angles(patch_rope: RotaryEmbedding2D, reg_rope: Optional[RotaryEmbedding2D],
                     grid: Tuple[int, int], num_registers: int, mode: str) -> torch.Tensor:
     """Angles (1 + rows * cols + num_registers, head_dim // 2) for
     ``[cls, patches, registers]``.
 
-    The class token gets angle 0 (no rotation). Registers sit on their own square grid with
-    their own frequencies and are never rescaled: their grid is the same at every input size.
+    The class token gets angle 0 (no rotation). Registers sit on their own grid
+    (:func:`register_grid`) with their own frequencies and are never rescaled: their grid is
+    the same at every input size. ``reg_rope`` may be None when there are no registers.
     """
-    side = int(round(num_registers**0.5))
     cls = patch_rope.freqs.new_zeros(1, patch_rope.head_dim // 2)
     patches = patch_rope.angles(grid[0], grid[1], mode)
-    registers = reg_rope.angles(side, side, 'extrapolate')
+    if not num_registers:
+        return torch.cat((cls, patches), dim=0)
+    registers = reg_rope.angles(*register_grid(num_registers), 'extrapolate')[:num_registers]
     return torch.cat((cls, patches, registers), dim=0)
 
 

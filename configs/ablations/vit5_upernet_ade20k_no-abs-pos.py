@@ -1,0 +1,5 @@
+# Ablation of ../vit5_upernet_ade20k.py.
+# No absolute position embedding: 2D RoPE is the only position signal. A released checkpoint loads
+# without its pos_embed (logged).
+_base_ = ['../vit5_upernet_ade20k.py']
+model = dict(backbone=dict(use_abs_pos=False))

@@ -1,0 +1,171 @@
+"""The ablations of ``configs/ablations/``: which ViT5 switches each config sets, and a toy
+study that trains the same switches on the generated shapes set over several seeds.
+
+Each ablation config is a one-line override of a full recipe (``vit5_maskrcnn_coco.py``,
+``vit5_upernet_ade20k.py``). The toy study reads the override back from the config (its
+backbone entries that differ from the recipe's), so the study and the configs cannot drift
+apart, and applies it to the CPU-sized config of ``configs/toy/`` that inherits the recipe.
+"""
+import glob
+import math
+import multiprocessing
+import os.path as osp
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+# ViT5's ablation switches (defaults: the released model)
+SWITCHES = ('use_abs_pos', 'use_rope', 'num_registers', 'qk_norm', 'layer_scale_init_value',
+            'norm', 'qkv_bias')
+BASELINE = 'baseline'
+
+
+def ablation_configs(config_dir: str, recipe: str) -> Dict[str, str]:
+    """``{variant: path}`` of ``<config_dir>/ablations/<recipe>_<variant>.py``, sorted.
+
+    Args:
+        config_dir (str): The ``configs/`` folder.
+        recipe (str): The recipe's file name without ``.py``, e.g. ``'vit5_upernet_ade20k'``.
+    """
+    paths = sorted(glob.glob(osp.join(config_dir, 'ablations', f'{recipe}_*.py')))
+    if not paths:
+        raise FileNotFoundError(f'no ablation configs {recipe}_*.py in '
+                                f'{osp.join(config_dir, "ablations")}')
+    return {osp.basename(p)[len(recipe) + 1:-len('.py')]: p for p in paths}
+
+
+def switch_override(ablation: Config, recipe: Config, name: str = 'the ablation') -> dict:
+    """The ViT5 switches the ablation config sets: its ``model.backbone`` entries that differ
+    from those of the recipe it overrides. Raises unless they are all switches."""
+    ablated, base = ablation.model.backbone, recipe.model.backbone
+    override = {k: v for k, v in ablated.items() if k not in base or base[k] != v}
+    other = sorted(set(override) - set(SWITCHES))
+    if not override or other:
+        raise ValueError(f'{name} should change only ViT5 ablation switches {SWITCHES} of its '
+                         f'recipe; it changes {sorted(override)}')
+    return override
+
+
+def toy_config(config: str, override: dict, seed: int, iters: int, work_dir: str,
+               name: str) -> Config:
+    """The toy ``config`` with the switches ``override``, seed ``seed``, ``iters`` training
+    iterations and its learning-rate schedule ending there, no checkpoints, evaluated once
+    after training by :func:`train_and_evaluate`."""
+    cfg = Config.fromfile(config)
+    cfg.model.backbone.update(override)
+    cfg.randomness = dict(seed=seed)
+    cfg.work_dir = work_dir
+    cfg.experiment_name = name
+    cfg.log_level = 'WARNING'
+    cfg.train_cfg.max_iters = iters
+    cfg.train_cfg.val_interval = iters + 1  # evaluated once, after training
+    # the toy configs fix their schedule (warm-up, then decay) to their own max_iters when
+    # parsed; short runs warm up for at most a quarter of their iterations
+    warmup, decay = cfg.param_scheduler
+    warmup['end'] = min(warmup['end'], max(iters // 4, 1))
+    if decay['begin']:
+        decay['begin'] = warmup['end']
+    decay['end'] = iters
+    if 'milestones' in decay:
+        decay['milestones'] = [int(iters * 0.9)]
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=iters + 1,
+                                        save_last=False)
+    cfg.default_hooks.logger = dict(type='LoggerHook', interval=max(iters // 4, 1))
+    return cfg
+
+
+def train_and_evaluate(cfg: Config) -> Dict[str, float]:
+    """Train ``cfg`` with mmengine's Runner, then evaluate it once on its val set.
+
+    Returns:
+        dict: The evaluator's metrics and ``seconds`` (training and evaluation wall time).
+    """
+    start = time.perf_counter()
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    metrics = {k: float(v) for k, v in runner.val().items()}
+    metrics['seconds'] = time.perf_counter() - start
+    return metrics
+
+
+def _train_one(toy: str, override: dict, seed: int, iters: int, work_dir: str, name: str,
+               threads: int) -> Dict[str, float]:
+    torch.set_num_threads(threads)
+    return train_and_evaluate(toy_config(toy, override, seed, iters, work_dir, name))
+
+
+def run_study(toy: str, variants: Dict[str, dict], seeds: Sequence[int], iters: int,
+              out: str, jobs: int = 1, log=print) -> Dict[str, dict]:
+    """Train the toy config once per variant and seed.
+
+    Args:
+        toy (str): Toy config path (run from the folder holding its ``data/toy``).
+        variants (dict): ``{name: switch override}``; ``BASELINE`` maps to ``{}``.
+        seeds (Sequence[int]): One run per seed and variant.
+        iters (int): Training iterations per run.
+        out (str): Work dirs go to ``<out>/<variant>/seed<k>``.
+        jobs (int): Runs at a time, each in its own process with an equal share of this
+            process's threads (small CPU models use one thread better than several).
+        log (callable): Progress lines.
+
+    Returns:
+        dict: ``{variant: dict(override=..., runs=[dict(seed=..., <metric>=..., ...)])}``
+        in the order of ``variants`` and ``seeds``.
+    """
+    threads = max(torch.get_num_threads() // jobs, 1)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context('spawn')) as pool:
+        futures = {(name, seed): pool.submit(_train_one, toy, override, seed, iters,
+                                             osp.join(out, name, f'seed{seed}'),
+                                             f'{name}_seed{seed}', threads)
+                   for name, override in variants.items() for seed in seeds}
+        for (name, seed), future in futures.items():
+            log(f'[ablation] {name} seed {seed}: ' +
+                ', '.join(f'{k} {v:.2f}' for k, v in future.result().items()))
+    return {name: dict(override=override,
+                       runs=[dict(seed=seed, **futures[name, seed].result()) for seed in seeds])
+            for name, override in variants.items()}
+
+
+def spread(values: List[float]) -> Dict[str, float]:
+    """Mean, sample standard deviation (0 for one value), min and max."""
+    return dict(mean=statistics.fmean(values),
+                std=statistics.stdev(values) if len(values) > 1 else 0.0,
+                min=min(values), max=max(values), n=len(values))
+
+
+def summarize(results: Dict[str, dict], metric: str) -> Dict[str, dict]:
+    """Per variant: the spread of ``metric`` over seeds and the difference of its mean from the
+    baseline's, with that difference's standard error (None without a baseline)."""
+    summary = {name: spread([run[metric] for run in result['runs']])
+               for name, result in results.items()}
+    base = summary.get(BASELINE)
+    for stats in summary.values():
+        stats['delta'] = None if base is None else stats['mean'] - base['mean']
+        stats['delta_se'] = None if base is None else math.sqrt(
+            stats['std']**2 / stats['n'] + base['std']**2 / base['n'])
+    return summary
+
+
+def markdown_table(results: Dict[str, dict], summary: Dict[str, dict], metric: str,
+                   seconds: Optional[float] = None) -> str:
+    """The study as a Markdown table: variant, switch, metric mean ± std, min-max, per-seed
+    values, difference from the baseline ± its standard error."""
+    lines = [f'| variant | switch | {metric} mean ± std | min - max | per seed | '
+             'vs baseline ± s.e. |', '|---|---|---|---|---|---|']
+    for name, stats in summary.items():
+        override = ', '.join(f'{k}={v!r}' for k, v in results[name]['override'].items())
+        per_seed = ' / '.join(f'{run[metric]:.1f}' for run in results[name]['runs'])
+        delta = '-' if name == BASELINE or stats['delta'] is None else \
+            f'{stats["delta"]:+.1f} ± {stats["delta_se"]:.1f}'
+        lines.append(f'| {name} | {override or "(released)"} | {stats["mean"]:.1f} ± '
+                     f'{stats["std"]:.1f} | {stats["min"]:.1f} - {stats["max"]:.1f} | '
+                     f'{per_seed} | {delta} |')
+    if seconds is not None:
+        lines.append(f'\n{len(summary)} variants x {summary[next(iter(summary))]["n"]} seeds '
+                     f'in {seconds / 60:.1f} min.')
+    return '\n'.join(lines)
