@@ -15,8 +15,9 @@ def tiny(**switches):
 
 
 def test_component_costs_in_eager_and_onnx_runtime(tmp_path):
-    components = select_components('qk_norm,layer_scale')
-    assert components[0] == FULL and [c.key for c in components[1:]] == ['qk_norm', 'layer_scale']
+    components = select_components('rope,registers')
+    # the two switches that change the token sequence and the attention inputs
+    assert [c.key for c in components] == [FULL.key, 'rope', 'registers']
     setup = Setup(torch.device('cpu'), torch.float32, batch=1, warmup=0, repeats=1)
     results = component_times('tiny', components, sizes=[32, 48], train_sizes=[32], rounds=2,
                               setup=setup, build=tiny)
@@ -32,7 +33,7 @@ def test_component_costs_in_eager_and_onnx_runtime(tmp_path):
             assert len(cost) == 2 and all(math.isfinite(c) and c > -1 for c in cost)
 
     report = components_tables(results, components)
-    assert '| tiny | no QK-Norm | ' in report and '| tiny | LayerScale | ' in report
+    assert '| tiny | no RoPE | ' in report and '| tiny | registers (4) | ' in report
     assert '48x48 ORT forward' in report and 'n/a' not in report
     plot = tmp_path / 'components.png'
     save_components_plot(results, components, str(plot))

@@ -89,7 +89,9 @@ def onnx_step(model: torch.nn.Module, directory: str, name: str,
     from mmvit5.deploy.onnx import run_session
     path = os.path.join(directory, f'{name}.onnx')
     example = torch.randn(1, 3, PRETRAIN_SIZE, PRETRAIN_SIZE)
-    export_onnx(model.float().cpu(), example, path, dynamic=True, size_divisor=16)
+    # unoptimised: ONNX Runtime optimises the graph when it loads it
+    export_onnx(model.float().cpu(), example, path, dynamic=True, size_divisor=16,
+                optimize=False)
     session = ort_session(path, threads)
     return lambda x: (lambda: run_session(session, x))
 
