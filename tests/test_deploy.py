@@ -91,3 +91,17 @@ def test_export_tool_upernet_image_to_logits_dynamic(tmp_path):
     session = ort_session(str(out))
     logits = run_session(session, example_input((1, 3, 128, 64), 'segmentor'))[0]
     assert logits.shape == (1, 150, 128, 64) and np.std(logits) > 1e-3
+
+
+def test_torchscript_onnx_exporter_of_mmdeploy_takes_the_backbone(tmp_path):
+    """mmdeploy drives torch.onnx's TorchScript exporter, which has no complex type and no
+    fused RMSNorm: ViT5 takes its real-arithmetic RoPE and composite RMSNorm there."""
+    from mmvit5.models import ViT5
+    model = ViT5(arch=dict(embed_dim=64, depth=1, num_heads=2), img_size=32).eval()
+    x = torch.randn(1, 3, 48, 64)
+    path = str(tmp_path / 'legacy.onnx')
+    torch.onnx.export(model, (x, ), path, dynamo=False, opset_version=17)
+    assert complex_values(path) == []
+    with torch.no_grad():
+        expected = model(x)[0].numpy()
+    assert np.abs(run_session(ort_session(path), x)[0] - expected).max() <= 1e-4
