@@ -98,6 +98,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.dtype = args.dtype or ('bfloat16' if cuda else 'float32')
+    if args.components:
+        try:
+            select_components(args.components)
+        except ValueError as exc:
+            parser.error(f'--components: {exc}')
     unknown = set(args.models.split(',')) - set(VIT5_ARCHS)
     if unknown:
         parser.error(f'--models: unknown {sorted(unknown)}; choose from {list(VIT5_ARCHS)}')

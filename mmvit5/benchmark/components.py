@@ -57,7 +57,7 @@ def select_components(spec: str) -> List[Component]:
     keys = spec.split(',')
     unknown = [k for k in keys if k not in {c.key for c in COMPONENTS}]
     if unknown:
-        raise SystemExit(f'--components: unknown {unknown}; choose all or a comma list of '
+        raise ValueError(f'unknown components {unknown}; choose all or a comma list of '
                          f'{[c.key for c in COMPONENTS]}')
     return [FULL, *(c for c in COMPONENTS if c.key in keys)]
 

@@ -38,9 +38,8 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
             Runtime also optimises at load, other runtimes may not). Defaults to True.
 
     Raises:
-        ValueError: On an example side that is not a multiple of ``size_divisor`` (dynamic), or
-            side below 2 x ``size_divisor`` (see :func:`check_sides`), or a graph that holds
-            complex values.
+        ValueError: On an example side (dynamic) that is not a multiple of ``size_divisor`` or
+            is below twice it (:func:`check_sides`), or a graph that holds complex values.
     """
     # the exported copy pools with matmuls (exportable); ``model`` stays the reference
     model = copy.deepcopy(model).eval()
