@@ -92,7 +92,8 @@ def onnx_step(model: torch.nn.Module, directory: str, name: str,
     # unoptimised: ONNX Runtime optimises the graph when it loads it
     export_onnx(model.float().cpu(), example, path, dynamic=True, size_divisor=16,
                 optimize=False)
-    session = ort_session(path, threads)
+    # seven ViT-B sessions keeping their 1024x1024 attention buffers exceed 24 GB
+    session = ort_session(path, threads, arena=False)
     return lambda x: (lambda: run_session(session, x))
 
 
