@@ -84,7 +84,9 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Sequence[int],
     fine-tuning code does (computed in float32, returned in the input dtype).
     """
     src_grid, dst_grid = tuple(src_grid), tuple(dst_grid)
-    if src_grid == dst_grid:
+    # comparing an exported graph's symbolic grid would pin it to the example input's; bicubic
+    # at scale 1 is the identity
+    if not torch.compiler.is_exporting() and src_grid == dst_grid:
         return pos_embed
     dim = pos_embed.shape[-1]
     grid = pos_embed.float().reshape(1, src_grid[0], src_grid[1], dim).permute(0, 3, 1, 2)

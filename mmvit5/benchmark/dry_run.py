@@ -14,8 +14,9 @@ from mmengine.model import revert_sync_batchnorm
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
-from .batches import fake_batch
-from .measure import count_flops, cpu_step_peak_bytes, tensor_bytes
+from .flops import count_flops
+from .full_model import fake_batch
+from .memory import cpu_step_peak_bytes, tensor_bytes
 
 # training images after mmdet's filter_empty_gt / of ADE20K, for schedules without the data here
 STANDARD_TRAIN_IMAGES = {'CocoDataset': 117266, 'ADE20KDataset': 20210}

@@ -517,12 +517,17 @@ class ViT5(BaseModule):
             return None
         num_registers = self.num_registers if num_registers is None else num_registers
         key = (grid, dtype, device, self.rope_mode, num_registers)
-        table = self._rope_cache.get(key)
+        # torch.export would pin a looked-up key's grid to the example input's: exported
+        # graphs (ONNX) compute the table from their symbolic grid instead
+        exporting = torch.compiler.is_exporting()
+        table = None if exporting else self._rope_cache.get(key)
         if table is None:
             with torch.no_grad():
                 angles = sequence_angles(self.rope, self.rope_reg, grid, num_registers,
                                          self.rope_mode).to(device)
                 table = rotations(angles, dtype)
+            if exporting:
+                return table
             if len(self._rope_cache) >= 16:  # multi-scale training meets many grids
                 self._rope_cache.pop(next(iter(self._rope_cache)))
             self._rope_cache[key] = table

@@ -27,7 +27,9 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        if FUSED_RMS_NORM and x.dtype == weight.dtype == _compute_dtype(x):
+        # the TorchScript ONNX exporter (mmdeploy's) has no symbolic for the fused kernel
+        if FUSED_RMS_NORM and x.dtype == weight.dtype == _compute_dtype(x) and \
+                not torch.onnx.is_in_onnx_export():
             # no intermediate rounding to reproduce: ATen's one-pass kernel (half the time of
             # the composite on CPU) gives the same bits as the released formula
             out, rstd = torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)

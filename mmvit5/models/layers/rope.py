@@ -21,13 +21,14 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     Channel pairs (0, 1), (2, 3), ... are one complex number each, so the released
     ``x * cos + rotate_half(x) * sin`` is the complex product ``(x0 + i x1) (cos + i sin)``:
     eager, one complex multiply reads and writes ``x`` once instead of five elementwise passes.
-    Inductor generates no code for complex ops, so compiled graphs get the same product in
-    real arithmetic, which it fuses into one kernel. Half-precision inputs rotate in float32
-    and are rounded back once. Tokens without a position (the class token) have cos 1 and
-    sin 0, which leaves them bit-exact.
+    Inductor generates no code for complex ops and ONNX has no complex type, so compiled and
+    exported graphs (torch.export, and the TorchScript ONNX exporter that mmdeploy drives) get
+    the same product in real arithmetic, which Inductor fuses into one kernel. Half-precision
+    inputs rotate in float32 and are rounded back once. Tokens without a position (the class
+    token) have cos 1 and sin 0, which leaves them bit-exact.
     """
     pairs = x.to(rope.dtype).unflatten(-1, (-1, 2))
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export():
         (x0, x1), (cos, sin) = pairs.unbind(-1), rope.unbind(-1)
         out = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1)
     else:

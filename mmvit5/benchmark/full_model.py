@@ -1,0 +1,110 @@
+"""Training step and inference of a whole detector / segmentor config on fake batches."""
+import importlib
+import os
+from typing import List, Tuple
+
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+
+from .core import Row, Setup, describe
+from .timing import measure
+
+
+def full_model_rows(config_path: str, size: int, batch: int, setup: Setup,
+                    root: str = '.') -> List[Row]:
+    """Training step (loss + backward) and inference of a detector/segmentor config
+    (``config_path`` relative to ``root``)."""
+    name = os.path.splitext(os.path.basename(config_path))[0]
+    label = f'{size}x{size}'
+    if not os.path.isfile(os.path.join(root, config_path)):
+        return [Row(name, label, 'full model', batch, status='skipped',
+                    note=f'{config_path} does not exist yet')]
+    try:
+        model, batches = build_full_model(os.path.join(root, config_path), size, batch,
+                                          setup.device)
+    except Exception as exc:  # noqa: BLE001 - mmdet/mmseg missing or config not buildable
+        return [Row(name, label, 'full model', batch, status='skipped',
+                    note=describe(exc))]
+    # weights stay float32; a bf16 run uses autocast, as mmengine's AmpOptimWrapper would
+    mixed = setup.dtype != torch.float32
+    autocast = torch.autocast(setup.device.type, dtype=setup.dtype, enabled=mixed)
+    note = 'fp32 weights, bf16 autocast' if mixed else 'fp32'
+
+    def train() -> None:
+        model.zero_grad(set_to_none=True)
+        with autocast:
+            loss, _ = model.parse_losses(model(**batches['train'], mode='loss'))
+        loss.backward()
+
+    def infer() -> None:
+        with torch.no_grad(), autocast:
+            model(**batches['test'], mode='predict')
+
+    rows = []
+    for mode, step, training in (('train step', train, True), ('inference', infer, False)):
+        model.train(training)
+        rows.append(measure(Row(name, label, mode, batch, note=note), step, model,
+                            [batches['train' if training else 'test']['inputs']], setup))
+    return rows
+
+
+def build_full_model(path: str, size: int, batch: int,
+                     device: torch.device) -> Tuple[nn.Module, dict]:
+    """The config's model (random init, input size S) and preprocessed fake batches."""
+    cfg = Config.fromfile(path)
+    cfg.model.backbone.init_cfg = None
+    is_segmentor = 'decode_head' in cfg.model
+    # the benchmarked size must be the size the model really runs at
+    if is_segmentor:
+        from mmseg.registry import MODELS
+        from mmseg.utils import register_all_modules
+        cfg.model.data_preprocessor.size = (size, size)
+        cfg.model.test_cfg = dict(mode='whole')
+    else:
+        from mmdet.registry import MODELS
+        from mmdet.utils import register_all_modules
+        for augment in cfg.model.data_preprocessor.get('batch_augments') or []:
+            augment.size = (size, size)
+    register_all_modules(init_default_scope=False)
+    importlib.import_module('mmvit5')
+    model = MODELS.build(cfg.model).to(device)
+    packed = fake_batch(cfg, size, batch)
+    batches = {'train': model.data_preprocessor(packed, True),
+               'test': model.data_preprocessor(packed, False)}
+    return model, batches
+
+
+def num_classes(cfg: Config) -> int:
+    """Classes of a detector's (first) box head or a segmentor's decode head."""
+    if 'decode_head' in cfg.model:
+        return cfg.model.decode_head.num_classes
+    head = cfg.model.roi_head.bbox_head
+    return (head[0] if isinstance(head, list) else head).num_classes
+
+
+def fake_batch(cfg: Config, size: int, batch: int) -> dict:
+    """``batch`` images of ``size`` x ``size`` with targets for the config's model."""
+    if 'decode_head' in cfg.model:
+        return fake_seg_batch(num_classes(cfg), size, batch)
+    return fake_det_batch(num_classes(cfg), size, batch)
+
+
+def fake_det_batch(classes: int, size: int, batch: int) -> dict:
+    from mmdet.testing import demo_mm_inputs
+    return demo_mm_inputs(batch, image_shapes=[(3, size, size)] * batch, num_items=[4] * batch,
+                          num_classes=classes, with_mask=True)
+
+
+def fake_seg_batch(classes: int, size: int, batch: int) -> dict:
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    samples = []
+    for _ in range(batch):
+        sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
+                                             pad_shape=(size, size)))
+        labels = torch.randint(0, classes, (1, size, size))
+        sample.gt_sem_seg = PixelData(data=labels)
+        samples.append(sample)
+    inputs = [torch.randint(0, 256, (3, size, size), dtype=torch.uint8) for _ in range(batch)]
+    return dict(inputs=inputs, data_samples=samples)
