@@ -1,0 +1,96 @@
+"""The transformer block of ViT-5 and its patch embedding: ``x + gamma * f(norm(x))`` with
+LayerScale folded into each branch's last linear layer."""
+from typing import Callable, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torchvision.ops import StochasticDepth
+
+from .attention import Attention
+from .layer_scale import scaled_linear
+from .norm import RMSNorm
+
+
+class Mlp(nn.Module):
+    """Linear -> exact GELU -> Linear, both with bias (no SwiGLU in ViT-5)."""
+
+    def __init__(self, dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden_dim, dim)
+
+    def forward(self, x: torch.Tensor, out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``out_scale`` (C, ): the block's LayerScale, folded into ``fc2``."""
+        return scaled_linear(self.act(self.fc1(x)), self.fc2, out_scale)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block with LayerScale: ``x + gamma * f(RMSNorm(x))``, the gammas
+    folded into each branch's last linear layer (:func:`scaled_linear`).
+
+    Args:
+        dim (int): Token width C.
+        num_heads (int): Attention heads.
+        mlp_ratio (float): MLP hidden width over C.
+        drop_path (float): Stochastic-depth rate of this block.
+        layer_scale_init_value (float, optional): Initial value of ``gamma_1``/``gamma_2``;
+            None builds the block without LayerScale (``x + f(norm(x))``).
+        qk_norm (bool): QK-Norm in attention.
+        qkv_bias (bool): Bias in the attention's ``qkv``.
+        norm_layer (Callable[[int], nn.Module]): The block's norms and QK-Norm.
+        fused_attn (bool): Use ``scaled_dot_product_attention``.
+        window_size (int): 0 for global attention, else windowed (see :class:`Attention`).
+
+    Shape:
+        - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin) or None;
+          grid: (rows, cols).
+        - Output: (B, T, C).
+    """
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0,
+                 drop_path: float = 0.0, layer_scale_init_value: Optional[float] = 1e-4,
+                 qk_norm: bool = True, qkv_bias: bool = False,
+                 norm_layer: Callable[[int], nn.Module] = RMSNorm, fused_attn: bool = True,
+                 window_size: int = 0) -> None:
+        super().__init__()
+        self.norm1 = norm_layer(dim)
+        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, qkv_bias=qkv_bias,
+                              norm_layer=norm_layer, fused=fused_attn, window_size=window_size)
+        self.norm2 = norm_layer(dim)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+        if layer_scale_init_value is None:
+            self.register_parameter('gamma_1', None)
+            self.register_parameter('gamma_2', None)
+        else:
+            self.gamma_1 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
+            self.gamma_2 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
+        self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
+                grid: Tuple[int, int]) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), rope, grid, self.gamma_1))
+        return x + self.drop_path(self.mlp(self.norm2(x), self.gamma_2))
+
+
+class PatchEmbed(nn.Module):
+    """Conv patchify (with bias); pads bottom/right to a multiple of the patch size.
+
+    Shape:
+        - Input: (B, in_channels, H, W)
+        - Output: tokens (B, ceil(H / p) * ceil(W / p), C) row-major, and the grid (rows, cols)
+    """
+
+    def __init__(self, in_channels: int, embed_dim: int, patch_size: int) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, embed_dim, patch_size, stride=patch_size)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        p = self.patch_size
+        pad_h, pad_w = -x.shape[2] % p, -x.shape[3] % p
+        if pad_h or pad_w:
+            x = F.pad(x, (0, pad_w, 0, pad_h))
+        x = self.proj(x)
+        return x.flatten(2).transpose(1, 2), (x.shape[2], x.shape[3])
