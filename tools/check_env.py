@@ -16,7 +16,7 @@ from importlib import metadata
 MMCV_VERSION = '2.1.0'
 # mmcv.ops before mmvit5: it must import through the .pth hook alone
 IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'fairscale', 'pycocotools',
-           'ftfy', 'regex']
+           'ftfy', 'regex', 'onnx', 'onnxruntime', 'onnxscript']
 INSTALL_TORCH = ('pip install torch==2.14.1 torchvision==0.29.1 (or the CUDA build of a torch '
                  'in the range with its matching torchvision), then rerun bash tools/install.sh')
 
