@@ -70,7 +70,7 @@ for batch in 2 4; do
 done
 train upernet_b8 configs/vit5_upernet_ade20k.py 8 "$out/data/ade/ADEChallengeData2016"
 
-"$PY" tools/benchmark.py --models vit5-b --peers timm --sizes 1024 --dtype bfloat16 \
+"$PY" tools/benchmark.py --models vit5-b --peers timm-vit-b --sizes 1024 --dtype bfloat16 \
   --window 14 --with-cp --json "$out/benchmark.json" --plot "$out/benchmark.png" \
   2>&1 | tee "$out/benchmark.txt" | grep -E '^\|' || say "benchmark failed: $out/benchmark.txt"
 cat "$out/summary.txt"
