@@ -59,8 +59,9 @@ import re, statistics, sys
 log, batch, name = open(sys.argv[1]).read(), int(sys.argv[2]), sys.argv[3]
 times = [float(t) for t in re.findall(r'Iter\(train\).* time: ([0-9.]+)', log)][1:]
 memory = [int(m) for m in re.findall(r'Iter\(train\).* memory: ([0-9]+)', log)]
+peak = f'{max(memory) / 1024:.1f} GiB' if memory else 'n/a'  # mmengine logs it on CUDA only
 print(f'[gpu_check] {name}: {batch / statistics.median(times):.1f} img/s '
-      f'({statistics.median(times):.3f} s/iter), peak {max(memory) / 1024:.1f} GiB')
+      f'({statistics.median(times):.3f} s/iter), peak {peak}')
 PYEOF
 }
 for batch in 2 4; do
