@@ -4,9 +4,9 @@ Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers th
 neck and optimizer constructor in MMEngine's registries, which mmdet, mmseg and mmpretrain
 inherit from. It also makes mmengine's own checkpoints loadable under ``weights_only=True``,
 makes their writes crash-safe, lets mmengine's distributed launcher run on CPU-only
-machines (gloo) and makes mmcv's RoIAlign read channels-last maps correctly. Where mmcv has no compiled ops, its
-``mmcv._ext`` is served from torchvision (:mod:`mmvit5.ops`); the installed ``.pth`` start-up
-file does the same for processes that never import mmvit5.
+machines (gloo) and makes mmcv's RoIAlign read channels-last maps correctly. Where mmcv has
+no compiled ops, its ``mmcv._ext`` is served from torchvision (:mod:`mmvit5.ops`); the
+installed ``.pth`` start-up file does the same for processes that never import mmvit5.
 """
 from .ops import install_hook
 
