@@ -7,8 +7,10 @@ backbone entries that differ from the recipe's), so the study and the configs ca
 apart, and applies it to the CPU-sized config of ``configs/toy/`` that inherits the recipe.
 """
 import glob
+import json
 import math
 import multiprocessing
+import os
 import os.path as osp
 import statistics
 import time
@@ -93,10 +95,35 @@ def train_and_evaluate(cfg: Config) -> Dict[str, float]:
     return metrics
 
 
+RUN_RECORD = 'ablation_run.json'
+
+
+def _finished_run(work_dir: str, toy: str, override: dict, iters: int) -> Optional[dict]:
+    """The metrics a finished run of this exact setting left in ``work_dir``, else None."""
+    path = osp.join(work_dir, RUN_RECORD)
+    if not osp.isfile(path):
+        return None
+    with open(path) as f:
+        record = json.load(f)
+    same = (record.get('toy') == osp.basename(toy) and record.get('override') == override
+            and record.get('iters') == iters)
+    return record['metrics'] if same else None
+
+
 def _train_one(toy: str, override: dict, seed: int, iters: int, work_dir: str, name: str,
                threads: int) -> Dict[str, float]:
     torch.set_num_threads(threads)
-    return train_and_evaluate(toy_config(toy, override, seed, iters, work_dir, name))
+    metrics = train_and_evaluate(toy_config(toy, override, seed, iters, work_dir, name))
+    # written once the run is complete (and atomically), so an interrupted study resumes at
+    # the first unfinished run and never reads a half-written record
+    record = dict(toy=osp.basename(toy), override=override, iters=iters, seed=seed,
+                  metrics=metrics)
+    os.makedirs(work_dir, exist_ok=True)
+    tmp = osp.join(work_dir, RUN_RECORD + '.tmp')
+    with open(tmp, 'w') as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, osp.join(work_dir, RUN_RECORD))
+    return metrics
 
 
 def run_study(toy: str, variants: Dict[str, dict], seeds: Sequence[int], iters: int,
@@ -108,7 +135,9 @@ def run_study(toy: str, variants: Dict[str, dict], seeds: Sequence[int], iters: 
         variants (dict): ``{name: switch override}``; ``BASELINE`` maps to ``{}``.
         seeds (Sequence[int]): One run per seed and variant.
         iters (int): Training iterations per run.
-        out (str): Work dirs go to ``<out>/<variant>/seed<k>``.
+        out (str): Work dirs go to ``<out>/<variant>/seed<k>``. A run whose work dir holds
+            the record of a finished run with the same toy config, override and ``iters``
+            is not trained again: its recorded metrics are reused (a resumed study).
         jobs (int): Runs at a time, each in its own process with an equal share of this
             process's threads (small CPU models use one thread better than several).
         log (callable): Progress lines.
@@ -118,16 +147,25 @@ def run_study(toy: str, variants: Dict[str, dict], seeds: Sequence[int], iters: 
         in the order of ``variants`` and ``seeds``.
     """
     threads = max(torch.get_num_threads() // jobs, 1)
+    metrics = {}
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context('spawn')) as pool:
-        futures = {(name, seed): pool.submit(_train_one, toy, override, seed, iters,
-                                             osp.join(out, name, f'seed{seed}'),
-                                             f'{name}_seed{seed}', threads)
-                   for name, override in variants.items() for seed in seeds}
+        futures = {}
+        for name, override in variants.items():
+            for seed in seeds:
+                work_dir = osp.join(out, name, f'seed{seed}')
+                done = _finished_run(work_dir, toy, override, iters)
+                if done is not None:
+                    metrics[name, seed] = done
+                    log(f'[ablation] {name} seed {seed}: finished before, in {work_dir}')
+                else:
+                    futures[name, seed] = pool.submit(_train_one, toy, override, seed, iters,
+                                                      work_dir, f'{name}_seed{seed}', threads)
         for (name, seed), future in futures.items():
+            metrics[name, seed] = future.result()
             log(f'[ablation] {name} seed {seed}: ' +
-                ', '.join(f'{k} {v:.2f}' for k, v in future.result().items()))
+                ', '.join(f'{k} {v:.2f}' for k, v in metrics[name, seed].items()))
     return {name: dict(override=override,
-                       runs=[dict(seed=seed, **futures[name, seed].result()) for seed in seeds])
+                       runs=[dict(seed=seed, **metrics[name, seed]) for seed in seeds])
             for name, override in variants.items()}
 
 

@@ -66,6 +66,12 @@ def test_study_tool_trains_a_variant_and_writes_the_table(tmp_path):
         assert 0 <= result['runs'][0]['mIoU'] <= 100
     assert '| reg8 | num_registers=8 |' in (out / 'results.md').read_text()
     assert '| reg8 | num_registers=8 |' in log
+    # run again: every run is read back from its work dir, none trained again
+    again = run_tool(tool('ablation_study.py') + [
+        '--variants', 'reg8', '--seeds', '3', '--iters', '2', '--train-images', '4',
+        '--val-images', '2', '--jobs', '2', '--out', str(out)], cwd=tmp_path)
+    assert again.count('finished before') == 2
+    assert json.loads((out / 'results.json').read_text())['results'] == data['results']
     with pytest.raises(AssertionError, match=r"unknown variants \['reg7'\]"):
         run_tool(tool('ablation_study.py') + ['--variants', 'reg7', '--out', str(out)],
                  cwd=tmp_path)
