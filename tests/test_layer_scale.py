@@ -40,12 +40,37 @@ def test_scaled_linear_matches_product_in_value_and_gradients(rows):
     assert torch.equal(scaled_linear(x, linear), linear(x))
 
 
-def test_scaled_linear_saves_the_smaller_of_output_and_weight():
+@pytest.mark.parametrize('rows', [6, 256])  # product form (<= in_features=16), folded
+def test_scaled_linear_keeps_only_its_input_for_backward(rows):
     linear = nn.Linear(16, 8)
     gamma = nn.Parameter(torch.ones(8))
-    many = torch.randn(4, 64, 16, requires_grad=True)  # 256 rows > 16: fold
-    saved = saved_sizes(lambda: scaled_linear(many, linear, gamma), linear.parameters())
-    assert 4 * 64 * 8 not in saved and 8 * 16 in saved  # no output, the scaled weight
-    few = torch.randn(2, 3, 16, requires_grad=True)  # 6 rows <= 16: product
-    saved = saved_sizes(lambda: scaled_linear(few, linear, gamma), linear.parameters())
-    assert 2 * 3 * 8 in saved and 8 * 16 not in saved
+    x = torch.randn(2, rows // 2, 16, requires_grad=True)
+    saved = saved_sizes(lambda: scaled_linear(x, linear, gamma), [*linear.parameters(), gamma])
+    assert saved == [rows * 16]  # neither the output (rows x 8) nor the scaled weight (8 x 16)
+
+
+@pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('rows', [4, 64])
+def test_scaled_linear_gradcheck_float64(rows, bias):
+    torch.manual_seed(0)
+    linear = nn.Linear(16, 8, bias=bias).double()
+    gamma = torch.rand(8, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, rows, 16, dtype=torch.float64, requires_grad=True)
+    leaves = (x, linear.weight, gamma) + ((linear.bias, ) if bias else ())
+    assert torch.autograd.gradcheck(lambda x, *_: scaled_linear(x, linear, gamma), leaves)
+
+
+def test_scaled_linear_under_autocast_equals_the_folded_autograd_path():
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32)
+    gamma = nn.Parameter(torch.rand(32) + 0.5)
+    x = torch.randn(300, 64, requires_grad=True)
+    leaves = (x, linear.weight, linear.bias, gamma)
+    with torch.autocast('cpu', torch.bfloat16):
+        out = scaled_linear(x, linear, gamma)
+        ref = nn.functional.linear(x, linear.weight * gamma[:, None], linear.bias * gamma)
+    assert out.dtype == ref.dtype == torch.bfloat16 and torch.equal(out, ref)
+    grads = torch.autograd.grad(out.float().square().sum(), leaves)
+    grads_ref = torch.autograd.grad(ref.float().square().sum(), leaves)
+    for a, b in zip(grads, grads_ref):
+        assert a.dtype == b.dtype and torch.allclose(a, b, rtol=1e-5, atol=1e-6)

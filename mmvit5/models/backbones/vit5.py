@@ -198,6 +198,8 @@ class ViT5(BaseModule):
         self.cp_impl = cp_impl
         if with_cp and cp_impl == 'fairscale':
             self._wrap_checkpointing()
+        for block in self.blocks:  # checkpointing recomputes every activation already
+            block.attn.recompute_qk = not with_cp
         self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
         self._freeze_stages()
 

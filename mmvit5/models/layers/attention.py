@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from .layer_scale import scaled_linear
 from .norm import RMSNorm
+from .qk_norm_rope import QKNormRoPE, RecomputeSaved, qk_norm_rope
 from .rope import apply_rope
 
 
@@ -92,6 +93,8 @@ class Attention(nn.Module):
         self.q_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
         self.k_norm = norm_layer(self.head_dim) if qk_norm else nn.Identity()
         self.proj = nn.Linear(dim, dim)
+        # False where the block runs under activation checkpointing, which recomputes all
+        self.recompute_qk = True
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -107,16 +110,54 @@ class Attention(nn.Module):
                 out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``out_scale`` (C, ): the block's LayerScale, folded into ``proj``."""
         B, T, C = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        q, k = self.q_norm(q), self.k_norm(k)
-        if rope is not None:
-            q, k = apply_rope(q, rope), apply_rope(k, rope)
-        if self.window_size:
-            x = self.windowed(q, k, v, grid)
-        else:
-            x = self.attend(q, k, v)
+        # q, k, v stay (B, T, heads, D) in memory, as timm's: attention then writes its output
+        # in that layout too, and (B, T, C) for ``proj`` is a view, not a copy
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).unbind(2)
+        x = self.mix(q, k, v, rope, grid)
         return scaled_linear(x.transpose(1, 2).reshape(B, T, C), self.proj, out_scale)
+
+    def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            rope: Optional[torch.Tensor], grid: Tuple[int, int]) -> torch.Tensor:
+        """QK-Norm, RoPE and attention of q, k, v (B, T, heads, D) -> (B, heads, T, D).
+
+        In training (eager, gradients on, no activation checkpointing) backward recomputes
+        the rotated q and k instead of keeping them (:mod:`.qk_norm_rope`).
+        """
+        rope = None if rope is None else rope[:, None]  # broadcast over heads
+        training = torch.is_grad_enabled() and self.recompute_qk and \
+            not (torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export())
+        with RecomputeSaved(enabled=training) as saved:
+            q = self.rotated(q, self.q_norm, rope, saved)
+            k = self.rotated(k, self.k_norm, rope, saved)
+            v = v.transpose(1, 2)
+            return self.windowed(q, k, v, grid) if self.window_size else self.attend(q, k, v)
+
+    @staticmethod
+    def rotated(x: torch.Tensor, norm: nn.Module, rope: Optional[torch.Tensor],
+                saved: RecomputeSaved) -> torch.Tensor:
+        """QK-Norm, then RoPE, of ``x`` (B, T, heads, D) -> (B, heads, T, D); in training
+        (``saved`` enabled) a tensor that backward recomputes instead of keeping (see
+        :mod:`.qk_norm_rope`)."""
+        if rope is None:
+            return norm(x).transpose(1, 2)
+        if not saved.enabled:
+            return apply_rope(norm(x), rope).transpose(1, 2)
+        # the dtype attention runs in: autocast's cast, made here, so that attention saves
+        # this very tensor
+        dtype = torch.get_autocast_dtype(x.device.type) \
+            if torch.is_autocast_enabled(x.device.type) else None
+        if isinstance(norm, RMSNorm):
+            args = (x, norm.weight, rope, norm.eps, dtype)
+            out = QKNormRoPE.apply(*args)
+
+            def make() -> torch.Tensor:
+                return qk_norm_rope(*args)
+        else:
+            def make() -> torch.Tensor:
+                out = apply_rope(norm(x), rope)
+                return out if dtype is None else out.to(dtype)
+            out = make()
+        return saved.register(out.transpose(1, 2), lambda: make().transpose(1, 2))
 
     def windowed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  grid: Tuple[int, int]) -> torch.Tensor:

@@ -6,15 +6,66 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+def _scaled_forward(x: torch.Tensor, linear: nn.Linear, scale: torch.Tensor) -> torch.Tensor:
+    # folded where the output (rows x out) is larger than the weight (in x out): the extra
+    # elementwise pass then runs over the smaller tensor
+    if torch.compiler.is_exporting() or x.numel() // linear.in_features > linear.in_features:
+        bias = None if linear.bias is None else linear.bias * scale
+        return F.linear(x, linear.weight * scale[:, None], bias)
+    return linear(x) * scale
+
+
+class _ScaledLinear(torch.autograd.Function):
+    """``scale * linear(x)`` that keeps for backward only what ``linear(x)`` keeps: its input.
+
+    Autograd of either form keeps one more tensor for the scale's gradient, the branch output
+    (rows x out) or the scaled weight (out x in). Neither is needed: with ``G`` the output
+    gradient and ``A = G^T x`` the product that the weight's gradient needs anyway,
+    ``d scale = sum_in(A * W) + b * sum_rows(G)`` and ``d W = A * scale``.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                scale: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
+        out = _scaled_forward(x, linear, scale)
+        # the dtype the matmuls ran in (autocast's, if on): backward repeats them in it, and
+        # x in that dtype is what autograd of F.linear would have kept
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else \
+            x.dtype
+        ctx.x_dtype = x.dtype
+        ctx.save_for_backward(x.to(dtype), weight, bias, scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight, bias, scale = ctx.saved_tensors
+        need_x, need_w, need_b, need_s = ctx.needs_input_grad[:4]
+        grad2 = grad.reshape(-1, grad.shape[-1]).to(x.dtype)
+        grad_x = grad_w = grad_b = grad_s = None
+        if need_x:
+            folded = (weight * scale[:, None]).to(x.dtype)
+            grad_x = (grad2 @ folded).view(x.shape).to(ctx.x_dtype)
+        if need_w or need_s:
+            outer = (grad2.t() @ x.reshape(-1, x.shape[-1])).to(weight.dtype)  # d(W * scale)
+            grad_w = outer * scale[:, None] if need_w else None
+            grad_s = (outer * weight).sum(1) if need_s else None
+        if bias is not None and (need_b or need_s):
+            summed = grad2.sum(0).to(bias.dtype)  # d(b * scale)
+            grad_b = summed * scale if need_b else None
+            grad_s = grad_s + summed * bias if need_s else None
+        return grad_x, grad_w, grad_b, grad_s, None
+
+
 def scaled_linear(x: torch.Tensor, linear: nn.Linear,
                   scale: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``scale * linear(x)``, folded into the layer's weight and bias where that is cheaper.
+    """``scale * linear(x)``: LayerScale folded into the branch's output layer.
 
-    The product form keeps ``linear(x)`` alive for the backward pass of ``scale``; the folded
-    form ``F.linear(x, W * scale[:, None], b * scale)`` keeps the scaled weight instead. Both the
-    memory and the extra multiply follow the size of that tensor, so the scale is folded when
-    the output (rows x out) is larger than the weight (in x out): at detection resolutions
-    always, for ViT-B's ``fc2`` (in 3072) at 512x512 and batch 1 not.
+    Training (eager, gradients on) keeps only ``x`` for backward, as ``linear`` alone does
+    (:class:`_ScaledLinear`). The forward folds the scale into the weight and bias
+    (``F.linear(x, W * scale[:, None], b * scale)``) where the output is larger than the weight
+    (at detection resolutions always; for ViT-B's ``fc2``, in 3072, at 512x512 and batch 1
+    not), else scales the output: the elementwise pass runs over the smaller tensor.
 
     Args:
         x (Tensor): (..., in_features).
@@ -26,9 +77,7 @@ def scaled_linear(x: torch.Tensor, linear: nn.Linear,
     """
     if scale is None:
         return linear(x)
-    # exported graphs fold always (no guard on the token count; the folded weight becomes
-    # a constant)
-    if not torch.compiler.is_exporting() and x.numel() // linear.in_features <= linear.in_features:
-        return linear(x) * scale
-    bias = None if linear.bias is None else linear.bias * scale
-    return F.linear(x, linear.weight * scale[:, None], bias)
+    if torch.is_grad_enabled() and not (torch.compiler.is_compiling() or
+                                        torch.onnx.is_in_onnx_export()):
+        return _ScaledLinear.apply(x, linear.weight, linear.bias, scale, linear)
+    return _scaled_forward(x, linear, scale)

@@ -1,6 +1,6 @@
 """Normalization layers: ViT-5's RMSNorm and the channels-first LayerNorm of ViTDet necks."""
 from functools import partial
-from typing import Callable
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -17,6 +17,44 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 FUSED_RMS_NORM = hasattr(torch.ops.aten, '_fused_rms_norm')
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor,
+             eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """ViT-5's RMSNorm of ``x`` (..., dim) and its 1/rms (..., 1), without autograd state.
+
+    Statistics in float32 (float64 stays float64), the normalised tensor rounded back to
+    ``x``'s dtype *before* the weight, as released.
+    """
+    # the TorchScript ONNX exporter (mmdeploy's) has no symbolic for the fused kernel
+    if FUSED_RMS_NORM and x.dtype == weight.dtype == _compute_dtype(x) and \
+            not torch.onnx.is_in_onnx_export():
+        # no intermediate rounding to reproduce: ATen's one-pass kernel (half the time of
+        # the composite on CPU) gives the same bits as the released formula
+        return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)
+    xf = x.to(_compute_dtype(x))
+    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (xf * rstd).type_as(x) * weight, rstd
+
+
+def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
+                      weight: torch.Tensor, weight_grad: bool = True
+                      ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Gradients of :func:`rms_norm` for ``x`` and (if ``weight_grad``) ``weight``, from the
+    input and 1/rms alone: the normalised tensor is recomputed, one elementwise pass."""
+    if FUSED_RMS_NORM and x.is_cuda and grad.dtype == x.dtype == weight.dtype == rstd.dtype:
+        # ATen's one-pass backward (torch >= 2.9, CUDA only), the pair of the forward kernel
+        grad_x, grad_weight = torch.ops.aten._fused_rms_norm_backward(
+            grad, x, [x.shape[-1]], rstd, weight, [True, weight_grad])
+        return grad_x, grad_weight if weight_grad else None
+    normed = x.to(rstd.dtype) * rstd
+    grad_weight = None
+    if weight_grad:
+        grad_weight = (grad * normed.type_as(x)).reshape(-1, x.shape[-1]).sum(0)
+        grad_weight = grad_weight.to(weight.dtype)
+    grad_normed = (grad * weight).to(rstd.dtype)
+    grad_x = rstd * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
+    return grad_x.to(x.dtype), grad_weight
+
+
 class _RMSNormFunction(torch.autograd.Function):
     """RMSNorm that keeps only its input and 1/rms for the backward pass.
 
@@ -27,30 +65,14 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        # the TorchScript ONNX exporter (mmdeploy's) has no symbolic for the fused kernel
-        if FUSED_RMS_NORM and x.dtype == weight.dtype == _compute_dtype(x) and \
-                not torch.onnx.is_in_onnx_export():
-            # no intermediate rounding to reproduce: ATen's one-pass kernel (half the time of
-            # the composite on CPU) gives the same bits as the released formula
-            out, rstd = torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)
-        else:
-            xf = x.to(_compute_dtype(x))
-            rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-            out = (xf * rstd).type_as(x) * weight
+        out, rstd = rms_norm(x, weight, eps)
         ctx.save_for_backward(x, rstd, weight)
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, rstd, weight = ctx.saved_tensors
-        normed = x.to(rstd.dtype) * rstd
-        grad_weight = None
-        if ctx.needs_input_grad[1]:
-            grad_weight = (grad * normed.type_as(x)).reshape(-1, x.shape[-1]).sum(0)
-            grad_weight = grad_weight.to(weight.dtype)
-        grad_normed = (grad * weight).to(rstd.dtype)
-        grad_x = rstd * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
-        return grad_x.to(x.dtype), grad_weight, None
+        return *rms_norm_backward(grad, x, rstd, weight, ctx.needs_input_grad[1]), None
 
 
 class RMSNorm(nn.Module):

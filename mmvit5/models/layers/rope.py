@@ -14,9 +14,11 @@ import torch.nn as nn
 ROPE_MODES = ('interpolate', 'extrapolate')
 
 
-def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` (..., T, head_dim) by the table ``rope`` (T, head_dim // 2, 2) of
-    (cos, sin) per channel pair (:func:`rotations`).
+def apply_rope(x: torch.Tensor, rope: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """Rotate ``x`` (..., head_dim) by the table ``rope`` (..., head_dim // 2, 2) of (cos, sin)
+    per channel pair (:func:`rotations`), broadcast over ``x``'s leading dimensions: (T, D / 2,
+    2) for (..., T, D) tokens, (T, 1, D / 2, 2) for (B, T, heads, D). ``inverse`` rotates by
+    the opposite angles (the transpose of the rotation: RoPE's backward pass).
 
     Channel pairs (0, 1), (2, 3), ... are one complex number each, so the released
     ``x * cos + rotate_half(x) * sin`` is the complex product ``(x0 + i x1) (cos + i sin)``:
@@ -30,9 +32,11 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
     pairs = x.to(rope.dtype).unflatten(-1, (-1, 2))
     if torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export():
         (x0, x1), (cos, sin) = pairs.unbind(-1), rope.unbind(-1)
+        sin = -sin if inverse else sin
         out = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1)
     else:
-        out = torch.view_as_real(torch.view_as_complex(pairs) * torch.view_as_complex(rope))
+        turn = torch.view_as_complex(rope)
+        out = torch.view_as_real(torch.view_as_complex(pairs) * (turn.conj() if inverse else turn))
     return out.flatten(-2).type_as(x)
 
 

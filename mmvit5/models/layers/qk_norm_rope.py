@@ -1,0 +1,149 @@
+"""QK-Norm and RoPE as one training step, and backward passes that recompute the rotated q, k
+instead of keeping them.
+
+Autograd of ``apply_rope(q_norm(q), rope)`` followed by attention keeps, per block, the input of
+QK-Norm (a view of the ``qkv`` output, which attention's ``v`` keeps alive anyway), 1/rms, and
+the rotated q and k that the attention kernel saves for its own backward: two (B, T, C) tensors
+that timm's ViT does not have, since its attention saves views of the ``qkv`` output. Both
+rotated tensors are one elementwise pass away from what is kept anyway, so
+:class:`RecomputeSaved` keeps a recipe instead and recomputes them when backward unpacks them,
+whatever attention kernel saved them (flash, memory-efficient, cuDNN, math, CPU).
+"""
+import contextlib
+from typing import Callable, Iterator, List, Optional, Tuple
+
+import torch
+
+from .norm import rms_norm, rms_norm_backward
+from .rope import apply_rope
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+            and a.dtype == b.dtype and a.device == b.device and a._version == b._version)
+
+
+# observers of every saved tensor, see observe_saved
+_OBSERVERS: List[Callable[[torch.Tensor, bool], None]] = []
+
+
+@contextlib.contextmanager
+def observe_saved(observer: Callable[[torch.Tensor, bool], None]) -> Iterator[None]:
+    """Call ``observer(tensor, recomputed)`` for each tensor autograd saves in the context.
+
+    Saved-tensor hooks do not nest: inside :class:`RecomputeSaved`, an outer
+    ``saved_tensors_hooks`` sees nothing. This context sees through it and tells which saved
+    tensors backward recomputes (``recomputed=True``) instead of keeping. For accounting
+    (``tools/benchmark.py --breakdown``, tests); the tensors are kept as usual.
+    """
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        observer(tensor, False)
+        return tensor
+
+    _OBSERVERS.append(observer)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            yield
+    finally:
+        _OBSERVERS.remove(observer)
+
+
+class _Recompute:
+    """A saved tensor left out: the function that makes it again."""
+
+    def __init__(self, make: Callable[[], torch.Tensor]) -> None:
+        self.make = make
+
+
+class RecomputeSaved(torch.autograd.graph.saved_tensors_hooks):
+    """Saved-tensor hooks: a registered tensor that an op saves for backward is recomputed.
+
+    Inside the context, :meth:`register` names a tensor and a function that recomputes it
+    exactly (same inputs, same kernels, hence the same bits) from tensors that stay alive
+    anyway. When an op inside the context saves that very tensor (same storage, shape,
+    strides, dtype and version), autograd keeps the function instead; backward calls it when
+    it needs the tensor. Every other saved tensor is kept as usual.
+
+    ``enabled=False`` registers nothing, so the same code runs without hooks (inference,
+    compiled or exported graphs, and blocks under activation checkpointing, which already
+    recompute and own the saved-tensor hooks there).
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._entries: List[Tuple[torch.Tensor, Callable[[], torch.Tensor]]] = []
+        super().__init__(self._pack, self._unpack)
+
+    def __enter__(self):
+        if self.enabled:
+            super().__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._entries.clear()  # the registered tensors may be freed once backward is built
+        if self.enabled:
+            super().__exit__(*exc)
+
+    def register(self, tensor: torch.Tensor, make: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """Let ops inside the context save ``tensor`` as ``make`` (returns ``tensor``)."""
+        if self.enabled:
+            self._entries.append((tensor, make))
+        return tensor
+
+    def _pack(self, tensor: torch.Tensor):
+        make = next((make for registered, make in self._entries
+                     if _same_view(tensor, registered)), None)
+        for observer in _OBSERVERS:
+            observer(tensor, make is not None)
+        return tensor if make is None else _Recompute(make)
+
+    @staticmethod
+    def _unpack(packed) -> torch.Tensor:
+        if isinstance(packed, _Recompute):
+            with torch.no_grad():
+                return packed.make()
+        return packed
+
+
+def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, rope: torch.Tensor, eps: float,
+                 dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """``apply_rope(RMSNorm(x), rope)`` cast to ``dtype`` (None: as computed), no autograd.
+
+    The same kernels as the unfused modules, in the same order, so the values are theirs.
+    """
+    out = apply_rope(rms_norm(x, weight, eps)[0], rope)
+    return out if dtype is None else out.to(dtype)
+
+
+class QKNormRoPE(torch.autograd.Function):
+    """QK-Norm (RMSNorm over the head dimension) and RoPE in one step for training.
+
+    Keeps only its input (a view of the ``qkv`` output), 1/rms and the rotation table; the
+    backward pass rotates the gradient back (the inverse rotation is the transpose), then runs
+    RMSNorm's backward, recomputing the normalised tensor. ``dtype`` is the dtype attention
+    runs in (autocast's, or None), so the cast that autocast would make inside the attention
+    call happens here, and attention saves this function's output itself, which
+    :class:`RecomputeSaved` can then recompute.
+
+    Shape:
+        - x: (B, T, heads, head_dim) or (B, heads, T, head_dim); weight: (head_dim, )
+        - rope: (cos, sin) table broadcast to (..., head_dim // 2, 2) (see ``apply_rope``)
+        - output: like ``x``
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, rope: torch.Tensor, eps: float,
+                dtype: Optional[torch.dtype]) -> torch.Tensor:
+        normed, rstd = rms_norm(x, weight, eps)
+        ctx.normed_dtype = normed.dtype
+        ctx.save_for_backward(x, rstd, weight, rope)
+        out = apply_rope(normed, rope)
+        return out if dtype is None else out.to(dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, rstd, weight, rope = ctx.saved_tensors
+        grad_normed = apply_rope(grad.to(ctx.normed_dtype), rope, inverse=True)
+        grad_x, grad_weight = rms_norm_backward(grad_normed, x, rstd, weight,
+                                                ctx.needs_input_grad[1])
+        return grad_x, grad_weight, None, None, None

@@ -1,0 +1,135 @@
+"""QK-Norm + RoPE as one training step, and the rotated q, k recomputed in backward instead of
+kept: gradients equal the plain path, and a block keeps no more for backward than timm's."""
+import pytest
+import torch
+import torch.nn as nn
+
+from mmvit5.benchmark.breakdown import saved_activations
+from mmvit5.benchmark.core import Setup
+from mmvit5.models import ViT5
+from mmvit5.models.layers import Attention, apply_rope
+from mmvit5.models.layers.norm import RMSNorm
+from mmvit5.models.layers.qk_norm_rope import QKNormRoPE, RecomputeSaved, observe_saved
+
+CPU32 = Setup(torch.device('cpu'), torch.float32, 1, 0, 1)
+
+
+def table(T: int, D: int, dtype=torch.float64) -> torch.Tensor:
+    angles = torch.rand(T, D // 2, dtype=dtype) * 6
+    return torch.stack((angles.cos(), angles.sin()), -1)
+
+
+@pytest.mark.parametrize('layout', ['tokens-first', 'heads-first'])
+def test_qk_norm_rope_gradcheck_float64(layout):
+    torch.manual_seed(0)
+    B, T, H, D = 2, 5, 3, 8
+    rope = table(T, D)
+    if layout == 'tokens-first':  # (B, T, heads, D), a strided view as attention passes it
+        x = torch.randn(B, T, 3, H, D, dtype=torch.float64)[:, :, 1].requires_grad_()
+        rope = rope[:, None]
+    else:
+        x = torch.randn(B, H, T, D, dtype=torch.float64, requires_grad=True)
+    weight = (torch.rand(D, dtype=torch.float64) + 0.5).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, w: QKNormRoPE.apply(x, w, rope, 1e-6, None),
+                                    (x, weight))
+
+
+def test_qk_norm_rope_equals_the_two_modules_in_value_and_gradient():
+    torch.manual_seed(0)
+    norm = RMSNorm(64)
+    nn.init.uniform_(norm.weight, 0.5, 1.5)
+    x = torch.randn(2, 50, 12, 64, requires_grad=True)
+    rope = table(50, 64, torch.float32)[:, None]
+    fused = QKNormRoPE.apply(x, norm.weight, rope, norm.eps, None)
+    plain = apply_rope(norm(x), rope)
+    assert torch.equal(fused, plain)
+    grad = torch.randn_like(fused)
+    a = torch.autograd.grad(fused, (x, norm.weight), grad)
+    b = torch.autograd.grad(plain, (x, norm.weight), grad)
+    for u, v in zip(a, b):
+        assert torch.allclose(u, v, rtol=1e-5, atol=1e-6)
+
+
+def grads(model: nn.Module, images: torch.Tensor, recompute: bool, autocast: bool = False):
+    for block in model.blocks:
+        block.attn.recompute_qk = recompute
+    model.zero_grad(set_to_none=True)
+    with torch.autocast('cpu', torch.bfloat16, enabled=autocast):
+        out = model(images)[0]
+    out.float().square().mean().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                          if p.grad is not None}
+
+
+@pytest.mark.parametrize('kwargs', [dict(), dict(window_size=7, global_attn_indices=(1, ))],
+                         ids=['global', 'windowed'])
+def test_vit5_b_training_path_equals_the_unfused_model_float32(kwargs):
+    """ViT5-B size (width 768, 12 heads of 64, 4 registers), 224x224, float32: output and
+    every parameter gradient of the fused/recomputing path against autograd of the modules."""
+    torch.manual_seed(0)
+    model = ViT5(arch='base', img_size=224, out_indices=-1, out_type='featmap',
+                 **kwargs).train()
+    if kwargs:
+        model.blocks = model.blocks[:3]
+        model.out_indices = [2]
+    images = torch.randn(1, 3, 224, 224)
+    out, fused = grads(model, images, recompute=True)
+    ref_out, plain = grads(model, images, recompute=False)
+    assert torch.equal(out, ref_out) and fused.keys() == plain.keys() and len(plain) > 30
+    for name, grad in plain.items():
+        assert torch.allclose(fused[name], grad, rtol=1e-5, atol=1e-7), name
+
+
+def test_training_path_under_autocast_equals_the_unfused_model():
+    torch.manual_seed(0)
+    model = ViT5(arch=dict(embed_dim=128, depth=2, num_heads=2), img_size=64).train()
+    images = torch.randn(2, 3, 64, 96)
+    out, fused = grads(model, images, recompute=True, autocast=True)
+    ref_out, plain = grads(model, images, recompute=False, autocast=True)
+    assert torch.equal(out, ref_out)
+    for name, grad in plain.items():
+        assert torch.allclose(fused[name], grad, rtol=1e-3, atol=1e-6), name
+
+
+@pytest.mark.parametrize('autocast', [False, True])
+def test_block_keeps_no_more_for_backward_than_timm_vit_block(autocast):
+    from timm.models.vision_transformer import Block as TimmBlock
+    torch.manual_seed(0)
+    setup = Setup(torch.device('cpu'), torch.bfloat16 if autocast else torch.float32, 1, 0, 1)
+    model = ViT5(arch='base', img_size=224).train()
+    grid = (14, 14)
+    rope = model.rope_table(grid, torch.float32, torch.device('cpu'))
+    x5 = torch.randn(1, rope.shape[0], 768, requires_grad=True)
+    x = torch.randn(1, 1 + 14 * 14, 768, requires_grad=True)
+    ours = saved_activations('vit5', model.blocks[0], (x5, rope, grid), setup)
+    timm = saved_activations('timm', TimmBlock(768, 12, qkv_bias=True).train(), (x, ), setup)
+    recomputed = [s for s in ours if s.recomputed]
+    assert [s.op for s in recomputed] == ['scaled_dot_product_attention'] * 2  # rotated q, k
+    # activations per token (ViT-5 has 4 registers more); left out: the 1/rms and mean
+    # statistics (last dim 1) and the RoPE table (last dim 2, one for all blocks)
+    def per_token(saved, tokens):
+        return sum(s.mib for s in saved if s.shape[-1] > 2) / tokens
+    assert per_token(ours, x5.shape[1]) <= per_token(timm, x.shape[1])
+
+
+def test_recompute_saved_keeps_what_it_does_not_know_and_observers_see_through_it():
+    a = torch.randn(4, 4, requires_grad=True)
+    seen = []
+    with observe_saved(lambda t, recomputed: seen.append((tuple(t.shape), recomputed))):
+        with RecomputeSaved() as saved:
+            b = saved.register(a * 2, lambda: a.detach() * 2)
+            c = (b * a.sin()).sum()  # mul saves b (recomputed) and sin(a) (kept)
+    assert sorted(r for _, r in seen) == [False, False, True]  # a (sin), sin(a), b
+    c.backward()
+    assert torch.allclose(a.grad, 2 * a.sin() + 2 * a * a.cos())
+
+
+def test_attention_under_checkpointing_does_not_nest_hooks():
+    torch.manual_seed(0)
+    for impl in ('torch', 'fairscale'):
+        model = ViT5(arch=dict(embed_dim=64, depth=2, num_heads=2), img_size=64, with_cp=True,
+                     cp_impl=impl).train()
+        assert not any(b.attn.recompute_qk for b in model.blocks)
+        model(torch.randn(1, 3, 64, 64))[0].sum().backward()
+        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    assert Attention(64, 2).recompute_qk
