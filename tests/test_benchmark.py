@@ -28,10 +28,14 @@ def test_quick_benchmark_reports_rows_table_and_plot(tmp_path):
     assert '| model | input | mode | batch | img/s |' in result.stdout
     assert '|---|' in result.stdout
 
-    # the four latency targets, each from two alternated rounds of both models
+    # the five latency targets, each from two alternated rounds of both models
     timed = [t for t in report['targets'] if t['low'] is not None]
-    assert len(timed) == 4, report['targets']
+    assert len(timed) == 5, report['targets']
     for target in timed:
         assert 0 < target['low'] <= target['ratio'] <= target['high'], target
         assert target['met'] in (True, False)
     assert '### Targets' in result.stdout and 'window-14 train step' in result.stdout
+    # training peak memory, one step of each model in the same run
+    memory = [t for t in report['targets'] if 'peak memory / timm' in t['claim']]
+    assert len(memory) == 1 and memory[0]['ratio'] > 0, report['targets']
+    assert memory[0]['basis'].startswith('one step each, same run: ')

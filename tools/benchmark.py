@@ -20,6 +20,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 
+from mmvit5.benchmark.breakdown import breakdown_report  # noqa: E402
 from mmvit5.benchmark.components import (COMPONENTS, PRETRAIN_SIZE,  # noqa: E402
                                          component_times, select_components)
 from mmvit5.benchmark.core import Row, Setup, free_memory, progress  # noqa: E402
@@ -29,7 +30,8 @@ from mmvit5.benchmark.peers import unavailable_reason  # noqa: E402
 from mmvit5.benchmark.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
                                      save_components_plot, save_plot)
 from mmvit5.benchmark.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
-from mmvit5.benchmark.targets import row_targets, targets_table, timed_targets  # noqa: E402
+from mmvit5.benchmark.targets import (detector_targets, row_targets,  # noqa: E402
+                                      targets_table, timed_targets)
 from mmvit5.benchmark.timing import matmul_gflop_s  # noqa: E402
 
 DEFAULT_FULL_CONFIGS = 'configs/vit5_maskrcnn_coco.py,configs/vit5_upernet_ade20k.py'
@@ -72,6 +74,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         'alternation (e.g. 512,1024; default none)')
     parser.add_argument('--target-rounds', type=int, default=5,
                         help='rounds of alternated steps per target ratio')
+    parser.add_argument('--target-compile', action='store_true',
+                        help='add the torch.compile\'d training-step pair to --targets')
+    parser.add_argument('--detector-targets', default='',
+                        help='comma list of input sides at which to time the whole Mask R-CNN '
+                        'training step against the same detector on mmpretrain\'s ViT-B (batch '
+                        '--batch; ~3 min per round at 1024 on 2 CPU cores)')
+    parser.add_argument('--breakdown', default='',
+                        help='instead of the main table, break one ViT5-B block\'s training cost '
+                        'down against timm\'s ViT-B block at these input sides: saved '
+                        'activations by module, forward/backward time per part')
     parser.add_argument('--components', nargs='?', const='all',
                         help='instead of the main table, time ViT5 (default vit5-b) with each '
                         'part removed, in eager and ONNX Runtime: all, or a comma list of '
@@ -173,6 +185,22 @@ def run_components(args: argparse.Namespace, setup: Setup, device: str) -> int:
     return int(any(t.note or len(t.latencies_ms) != len(components) for t in results))
 
 
+def run_breakdown(args: argparse.Namespace, setup: Setup, device: str) -> int:
+    """The --breakdown study: tables on stdout, records in --json."""
+    mixed = ' (float32 weights, autocast)' if setup.dtype != torch.float32 else ''
+    print(f'## One ViT5-B block against timm\'s ViT-B block, training: {device}, '
+          f'{args.dtype}{mixed}, batch {args.batch}, torch {torch.__version__}\n')
+    text, raw = breakdown_report(sizes(args.breakdown), setup, args.target_rounds)
+    print(text)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, 'w') as f:
+            json.dump(dict(meta=dict(device=device, dtype=args.dtype, threads=args.threads,
+                                     rounds=args.target_rounds, torch=torch.__version__),
+                           breakdown=raw), f, indent=1)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -182,6 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               else f'CPU, {args.threads} threads')
     if args.components:
         return run_components(args, setup, device)
+    if args.breakdown:
+        return run_breakdown(args, setup, device)
     setup.matmul_gflop_s = matmul_gflop_s(setup, args.matmul_size)
     rows = run(args, setup)
     add_ratios(rows)
@@ -189,7 +219,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f'median of {args.repeats} after {args.warmup} warmup, torch {torch.__version__}\n')
     print(markdown_table(rows, setup))
     targets = [t for size in sizes(args.targets)
-               for t in timed_targets(size, args.target_rounds, setup)] + row_targets(rows)
+               for t in timed_targets(size, args.target_rounds, setup, args.target_compile)]
+    targets += [t for size in sizes(args.detector_targets)
+                for t in detector_targets(size, args.target_rounds, setup, REPO)]
+    targets += row_targets(rows)
     if targets:
         print(f'\n### Targets\n\n{targets_table(targets, args.target_rounds)}')
     save_plot(rows, args.plot)

@@ -1,7 +1,7 @@
 """Training step and inference of a whole detector / segmentor config on fake batches."""
 import importlib
 import os
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -49,10 +49,13 @@ def full_model_rows(config_path: str, size: int, batch: int, setup: Setup,
     return rows
 
 
-def build_full_model(path: str, size: int, batch: int,
-                     device: torch.device) -> Tuple[nn.Module, dict]:
-    """The config's model (random init, input size S) and preprocessed fake batches."""
+def build_full_model(path: str, size: int, batch: int, device: torch.device,
+                     backbone: Optional[dict] = None) -> Tuple[nn.Module, dict]:
+    """The config's model (random init, input size S) and preprocessed fake batches;
+    ``backbone`` replaces the config's backbone."""
     cfg = Config.fromfile(path)
+    if backbone is not None:
+        cfg.model.backbone = backbone
     cfg.model.backbone.init_cfg = None
     is_segmentor = 'decode_head' in cfg.model
     # the benchmarked size must be the size the model really runs at

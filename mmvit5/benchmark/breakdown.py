@@ -1,0 +1,267 @@
+"""Where a ViT-5 block's training cost goes, against timm's ViT-B block (``--breakdown``).
+
+Two measurements of one block at the token count of an input size:
+
+* **Saved activations**: every tensor autograd keeps for backward during one block forward,
+  by the module (and op) that saved it, counted once per storage, parameters left out. The
+  tensors that ViT-5's training path recomputes in backward instead of keeping are listed
+  with size 0 kept (:func:`mmvit5.models.layers.qk_norm_rope.observe_saved`).
+* **Time per part**: forward and backward of each part of the block on its own (fresh leaf
+  inputs of the part's real shapes), ViT-5's and timm's part stepped in alternation, median
+  over rounds. The ``attention`` part of ViT-5 is QK-Norm + RoPE + attention (backward
+  includes recomputing the rotated q, k); timm's is attention alone.
+"""
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+from .core import Setup, progress, synchronize
+from .report import fmt
+
+
+class Saved(NamedTuple):
+    """One saved tensor (the first view saved of a storage)."""
+    model: str
+    module: str
+    op: str
+    shape: Tuple[int, ...]
+    dtype: str
+    mib: float
+    recomputed: bool
+
+
+class _TopOp(TorchFunctionMode):
+    """The torch function running at the top level (the op that saves)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack: List[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.stack.append(getattr(func, '__name__', str(func)))
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.stack.pop()
+
+
+def _calling_code() -> str:
+    """``file:function`` that applied the custom autograd Function now saving: autograd calls
+    the saved-tensor hooks after the Function's forward has returned, from its caller."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name in ('observe', 'pack', '_pack'):
+        frame = frame.f_back
+    if frame is None:
+        return 'autograd.Function'
+    return f'Function in {os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}'
+
+
+def saved_activations(model: str, block: nn.Module, args: Sequence, setup: Setup
+                      ) -> List[Saved]:
+    """What one forward of ``block(*args)`` keeps for backward (see the module docstring)."""
+    from mmvit5.models.layers.qk_norm_rope import observe_saved
+    names = {m: n for n, m in block.named_modules()}
+    current: List[str] = []
+    hooks = [m.register_forward_pre_hook(lambda m, _: current.append(names[m]))
+             for m in block.modules()]
+    hooks += [m.register_forward_hook(lambda *_: current.pop() and None)
+              for m in block.modules()]
+    params = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    seen: Dict[int, int] = {}
+    records: List[Saved] = []
+    ops = _TopOp()
+
+    alive: List[torch.Tensor] = []  # no storage freed and reused inside the measurement
+
+    def observe(tensor: torch.Tensor, recomputed: bool) -> None:
+        alive.append(tensor)
+        storage = tensor.untyped_storage()
+        key = storage.data_ptr()
+        if key in params:
+            return
+        if key in seen and not records[seen[key]].recomputed:
+            return
+        record = Saved(model, current[-1] if current else '', ops.stack[0] if ops.stack
+                       else _calling_code(), tuple(tensor.shape),
+                       str(tensor.dtype).replace('torch.', ''),
+                       0.0 if recomputed else storage.nbytes() / 2**20, recomputed)
+        if key in seen:  # first saved for recomputation, now kept after all
+            records[seen[key]] = record
+        else:
+            seen[key] = len(records)
+            records.append(record)
+
+    autocast = torch.autocast(setup.device.type, dtype=setup.dtype,
+                              enabled=setup.dtype != torch.float32)
+    try:
+        with observe_saved(observe), ops, autocast:
+            block(*args)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return records
+
+
+class Part(NamedTuple):
+    name: str
+    vit5: Callable[[], Callable[[], torch.Tensor]]  # makes the inputs, returns the step
+    timm: Callable[[], Callable[[], torch.Tensor]]
+
+
+def _leaf(*shape: int, setup: Setup) -> torch.Tensor:
+    return torch.randn(*shape, device=setup.device).requires_grad_()
+
+
+def block_parts(vit5_block: nn.Module, timm_block: nn.Module, rope: torch.Tensor,
+                grid: Tuple[int, int], setup: Setup) -> List[Part]:
+    """The parts of both blocks at the token counts of ``grid`` (ViT-5 has 4 registers)."""
+    attn, tattn = vit5_block.attn, timm_block.attn
+    C = vit5_block.norm1.weight.shape[0]
+    heads, D = attn.num_heads, attn.head_dim
+    T5 = 1 + grid[0] * grid[1] + vit5_block_registers(rope, grid)
+    T = 1 + grid[0] * grid[1]
+
+    def part(fn, *shapes):
+        def make():
+            inputs = [_leaf(setup.batch, *s, setup=setup) for s in shapes]
+            return lambda: fn(*inputs)
+        return make
+
+    from mmvit5.models.layers import scaled_linear
+    return [
+        Part('norm1 (RMSNorm / LayerNorm)', part(vit5_block.norm1, (T5, C)),
+             part(timm_block.norm1, (T, C))),
+        Part('qkv (no bias / bias)', part(attn.qkv, (T5, C)), part(tattn.qkv, (T, C))),
+        Part('attention (+ QK-Norm, RoPE)',
+             part(lambda q, k, v: attn.mix(q, k, v, rope, grid), *[(T5, heads, D)] * 3),
+             part(lambda q, k, v: nn.functional.scaled_dot_product_attention(
+                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
+                 *[(T, heads, D)] * 3)),
+        Part('proj (+ LayerScale)', part(lambda x: scaled_linear(x, attn.proj,
+                                                                  vit5_block.gamma_1), (T5, C)),
+             part(tattn.proj, (T, C))),
+        Part('norm2 (RMSNorm / LayerNorm)', part(vit5_block.norm2, (T5, C)),
+             part(timm_block.norm2, (T, C))),
+        Part('fc1 + GELU', part(lambda x: vit5_block.mlp.act(vit5_block.mlp.fc1(x)), (T5, C)),
+             part(lambda x: timm_block.mlp.act(timm_block.mlp.fc1(x)), (T, C))),
+        Part('fc2 (+ LayerScale)',
+             part(lambda x: scaled_linear(x, vit5_block.mlp.fc2, vit5_block.gamma_2),
+                  (T5, 4 * C)),
+             part(timm_block.mlp.fc2, (T, 4 * C))),
+    ]
+
+
+def vit5_block_registers(rope: torch.Tensor, grid: Tuple[int, int]) -> int:
+    return rope.shape[0] - 1 - grid[0] * grid[1]
+
+
+def _fwd_bwd(step: Callable[[], torch.Tensor], setup: Setup) -> Tuple[float, float]:
+    """ms of the forward and of the backward of one ``step``."""
+    autocast = torch.autocast(setup.device.type, dtype=setup.dtype,
+                              enabled=setup.dtype != torch.float32)
+    synchronize(setup.device)
+    start = time.perf_counter()
+    with autocast:
+        out = step()
+    synchronize(setup.device)
+    middle = time.perf_counter()
+    out.backward(torch.ones_like(out))
+    synchronize(setup.device)
+    return (middle - start) * 1e3, (time.perf_counter() - middle) * 1e3
+
+
+class PartTime(NamedTuple):
+    part: str
+    vit5_fwd: float
+    vit5_bwd: float
+    timm_fwd: float
+    timm_bwd: float
+
+
+def part_times(parts: List[Part], setup: Setup, rounds: int) -> List[PartTime]:
+    """Median forward/backward ms of each part, ViT-5's and timm's alternated per round."""
+    results = []
+    for p in parts:
+        steps = {'vit5': p.vit5(), 'timm': p.timm()}
+        times: Dict[str, List[Tuple[float, float]]] = {k: [] for k in steps}
+        for name, step in steps.items():  # untimed
+            _fwd_bwd(step, setup)
+        for i in range(rounds):
+            for name in (list(steps) if i % 2 == 0 else list(steps)[::-1]):
+                times[name].append(_fwd_bwd(steps[name], setup))
+        med = {k: (statistics.median(t[0] for t in v), statistics.median(t[1] for t in v))
+               for k, v in times.items()}
+        results.append(PartTime(p.name, *med['vit5'], *med['timm']))
+    return results
+
+
+def build_blocks(size: int, setup: Setup):
+    """ViT5-B's first block (with the model's RoPE table) and timm's ViT-B block."""
+    from timm.models.vision_transformer import Block as TimmBlock
+
+    from .peers import build_vit5
+    torch.manual_seed(0)
+    vit5 = build_vit5('vit5-b', size).to(setup.device).train()
+    grid = (size // 16, size // 16)
+    rope = vit5.rope_table(grid, torch.float32, setup.device)
+    timm_block = TimmBlock(768, 12, qkv_bias=True).to(setup.device).train()
+    return vit5.blocks[0], timm_block, rope, grid
+
+
+def breakdown(size: int, setup: Setup, rounds: int) -> Tuple[List[Saved], List[PartTime]]:
+    """Saved activations and part times of one block at ``size`` x ``size``."""
+    block, timm_block, rope, grid = build_blocks(size, setup)
+    T = 1 + grid[0] * grid[1]
+    x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
+    x = _leaf(setup.batch, T, 768, setup=setup)
+    progress(f'breakdown {size}x{size}: saved activations')
+    saved = saved_activations('vit5-b', block, (x5, rope, grid), setup) + \
+        saved_activations('timm-vit-b', timm_block, (x, ), setup)
+    progress(f'breakdown {size}x{size}: part times x {rounds} rounds')
+    return saved, part_times(block_parts(block, timm_block, rope, grid, setup), setup, rounds)
+
+
+def saved_table(saved: List[Saved]) -> str:
+    """Saved activations of both blocks side by side, by module and op."""
+    lines = ['| block | module | op | shape | dtype | MiB kept |', '|---|---|---|---|---|---|']
+    for s in saved:
+        kept = f'{s.mib:,.2f}' if not s.recomputed else '0 (recomputed in backward)'
+        lines.append(f'| {s.model} | {s.module or "(block)"} | {s.op} | '
+                     f'{"x".join(map(str, s.shape))} | {s.dtype} | {kept} |')
+    for model in dict.fromkeys(s.model for s in saved):
+        total = sum(s.mib for s in saved if s.model == model)
+        lines.append(f'| {model} | **total** | | | | **{total:,.2f}** |')
+    return '\n'.join(lines)
+
+
+def part_table(times: List[PartTime]) -> str:
+    lines = ['| part | ViT5-B fwd ms | timm fwd ms | ViT5-B bwd ms | timm bwd ms | '
+             'ViT5-B - timm, fwd + bwd ms |', '|---|---|---|---|---|---|']
+    for t in times:
+        extra = t.vit5_fwd + t.vit5_bwd - t.timm_fwd - t.timm_bwd
+        lines.append(f'| {t.part} | {fmt(t.vit5_fwd, 2)} | {fmt(t.timm_fwd, 2)} | '
+                     f'{fmt(t.vit5_bwd, 2)} | {fmt(t.timm_bwd, 2)} | {extra:+.2f} |')
+    sums = [sum(getattr(t, f) for t in times) for f in PartTime._fields[1:]]
+    lines.append(f'| **sum** | {fmt(sums[0], 2)} | {fmt(sums[2], 2)} | {fmt(sums[1], 2)} | '
+                 f'{fmt(sums[3], 2)} | {sums[0] + sums[1] - sums[2] - sums[3]:+.2f} |')
+    return '\n'.join(lines)
+
+
+def breakdown_report(sizes: Sequence[int], setup: Setup, rounds: int,
+                     device: Optional[str] = None) -> Tuple[str, dict]:
+    """Markdown of both tables per size, and the raw records."""
+    text, raw = [], {}
+    for size in sizes:
+        saved, times = breakdown(size, setup, rounds)
+        text.append(f'### One block at {size}x{size}: saved for backward\n\n{saved_table(saved)}'
+                    f'\n\n### One block at {size}x{size}: time per part (median of {rounds} '
+                    f'alternated rounds)\n\n{part_table(times)}')
+        raw[size] = dict(saved=[s._asdict() for s in saved],
+                         times=[t._asdict() for t in times])
+    return '\n\n'.join(text), raw
