@@ -122,3 +122,63 @@ def test_nms_cuda_equals_cpu():
     dets_gpu, _ = batched_nms(boxes.cuda(), scores.cuda(), labels.cuda(), cfg)
     dets_cpu, _ = batched_nms(boxes, scores, labels, cfg)
     assert torch.equal(dets_gpu.cpu(), dets_cpu)
+
+
+def train_grads(model, x, recompute, autocast):
+    for block in model.blocks:
+        block.attn.recompute_qk = recompute
+    model.zero_grad(set_to_none=True)
+    with torch.autocast('cuda', dtype=torch.bfloat16, enabled=autocast):
+        outs = model(x)
+    sum(out.float().pow(2).mean() for out in outs).backward()
+    return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize('autocast', [False, True], ids=['float32', 'bf16-autocast'])
+@pytest.mark.parametrize('window_size', [0, 4])
+def test_training_path_equals_the_unfused_model_on_cuda(window_size, autocast):
+    """QK-Norm + RoPE fused, rotated q/k recomputed whatever SDPA kernel saved them, ATen's
+    fused RMSNorm backward: the gradients of the autograd path of the modules."""
+    _, gpu = pair(window_size=window_size, global_attn_indices=(3, ))
+    gpu.train()
+    x = torch.randn(2, 3, 96, 128, device='cuda')
+    fused, plain = (train_grads(gpu, x, flag, autocast) for flag in (True, False))
+    assert len(fused) == len(plain) > 20
+    tol = dict(rtol=2e-2, atol=1e-4) if autocast else dict(rtol=1e-4, atol=1e-6)
+    for a, b in zip(fused, plain):
+        torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize('autocast', [False, True], ids=['float32', 'bf16-autocast'])
+def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
+    from timm.models.vision_transformer import Block as TimmBlock
+
+    from mmvit5.benchmark.breakdown import saved_activations
+    from mmvit5.benchmark.core import Setup
+    setup = Setup(torch.device('cuda'), torch.bfloat16 if autocast else torch.float32, 1, 0, 1)
+    model = ViT5(arch='base', img_size=512).cuda().train()
+    grid = (32, 32)
+    rope = model.rope_table(grid, torch.float32, setup.device)
+    x5 = torch.randn(1, rope.shape[0], 768, device='cuda', requires_grad=True)
+    x = torch.randn(1, 1 + 32 * 32, 768, device='cuda', requires_grad=True)
+    ours = saved_activations('vit5', model.blocks[0], (x5, rope, grid), setup)
+    timm = saved_activations('timm', TimmBlock(768, 12, qkv_bias=True).cuda().train(), (x, ),
+                             setup)
+    assert sum(s.recomputed for s in ours) == 2, ours  # the rotated q and k
+
+    def per_token(saved, tokens):  # without the statistics and the shared RoPE table
+        return sum(s.mib for s in saved if s.shape[-1] > 2) / tokens
+    assert per_token(ours, x5.shape[1]) <= per_token(timm, x.shape[1]) * 1.001, (ours, timm)
+
+
+def test_fused_rms_norm_backward_equals_the_composite(monkeypatch):
+    from mmvit5.models.layers import norm
+    x = torch.randn(4, 300, 768, device='cuda')
+    weight = torch.rand(768, device='cuda') + 0.5
+    out, rstd = norm.rms_norm(x, weight, 1e-6)
+    grad = torch.randn_like(out)
+    fused = norm.rms_norm_backward(grad, x, rstd, weight)
+    monkeypatch.setattr(norm, 'FUSED_RMS_NORM', False)
+    composite = norm.rms_norm_backward(grad, x, rstd, weight)
+    for a, b in zip(fused, composite):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
