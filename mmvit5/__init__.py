@@ -13,6 +13,8 @@ from .ops import install_hook
 install_hook()  # before anything below imports mmcv.ops
 
 from . import compat  # noqa: E402
+
+compat.skip_unimportable_multimodal()  # before anything imports mmdet.models
 from .engine import *  # noqa: F401,F403,E402
 from .models import *  # noqa: F401,F403,E402
 from .version import __version__  # noqa: E402

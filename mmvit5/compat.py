@@ -15,7 +15,9 @@ turning ``weights_only`` off, this allow-lists exactly the non-tensor types thos
   *not* allowed: a restricted stand-in resolves only those names on that class.
 """
 import argparse
+import importlib.util
 import pickle
+import sys
 
 import numpy as np
 import torch
@@ -162,3 +164,34 @@ def contiguous_roi_align() -> None:
 
     forward_contiguous._mmvit5 = True
     RoIAlignFunction.forward = staticmethod(forward_contiguous)
+
+
+# what mmpretrain 1.2.0's multimodal models import from transformers.modeling_utils
+_MULTIMODAL_NAMES = ('PreTrainedModel', 'apply_chunking_to_forward',
+                     'find_pruneable_heads_and_indices', 'prune_linear_layer')
+
+
+def skip_unimportable_multimodal() -> None:
+    """Keep a newer transformers from breaking every mmdet model build.
+
+    ``mmdet.models`` imports ``mmpretrain.models`` whenever mmpretrain is installed, and
+    mmpretrain 1.2.0 defines its multimodal models (BLIP, CLIP, ...) whenever transformers >=
+    4.28 is. They subclass ``transformers.modeling_utils.PreTrainedModel`` and import three
+    helpers beside it; where that module no longer has them (seen on a GPU image with a recent
+    transformers), mmpretrain's fallback sets the base class to None and the import raises
+    ``TypeError: NoneType takes no arguments``. mmvit5 uses none of those models, so they are
+    then registered as mmpretrain's own placeholders, as when transformers is absent.
+    """
+    if importlib.util.find_spec('mmpretrain') is None or \
+            importlib.util.find_spec('transformers') is None:
+        return
+    from mmpretrain.utils import dependency
+    if not dependency.WITH_MULTIMODAL or 'mmpretrain.models' in sys.modules:
+        return
+    try:
+        from transformers import modeling_utils
+        usable = all(hasattr(modeling_utils, name) for name in _MULTIMODAL_NAMES)
+    except Exception:  # noqa: BLE001 - any failure here is the failure mmpretrain would hit
+        usable = False
+    if not usable:
+        dependency.WITH_MULTIMODAL = False

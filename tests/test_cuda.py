@@ -100,7 +100,11 @@ def test_roi_align_cuda_equals_cpu(dtype, channels_last):
     xr = x.to(dtype).float().requires_grad_()
     out = roi_align(xc, rois.cuda().to(dtype), 7, 0.5, 0, 'avg', True)
     ref = roi_align(xr, rois.to(dtype).float(), 7, 0.5, 0, 'avg', True)
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    # torchvision's float16 CUDA kernel accumulates in float16 (one value of 2,352 was 0.027
+    # off on an H200); bfloat16 pools in float32 and rounds the result
+    tol = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float16: dict(rtol=2e-2, atol=5e-2),
+           torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}[dtype]
+    assert out.dtype == dtype
     torch.testing.assert_close(out.float().cpu(), ref, **tol)
     grad = torch.randn_like(ref)
     out.backward(grad.cuda().to(dtype))
@@ -166,8 +170,8 @@ def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
                              setup)
     assert sum(s.recomputed for s in ours) == 2, ours  # the rotated q and k
 
-    def per_token(saved, tokens):  # without the statistics and the shared RoPE table
-        return sum(s.mib for s in saved if s.shape[-1] > 2) / tokens
+    def per_token(saved, tokens):  # without statistics, RNG state and the shared RoPE table
+        return sum(s.mib for s in saved if s.shape and s.shape[-1] > 2) / tokens
     assert per_token(ours, x5.shape[1]) <= per_token(timm, x.shape[1]) * 1.001, (ours, timm)
 
 

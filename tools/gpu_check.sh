@@ -6,7 +6,8 @@
 #   there:                bash tools/gpu_check.sh [WHEELS=.whl]
 #
 # 1. installs the wheels offline into the active Python (--no-deps: numpy, opencv, scipy,
-#    matplotlib ... are taken as found), mmvit5 editable and its mmcv.ops start-up file;
+#    matplotlib ... are taken as found), mmvit5 from the checkout (PYTHONPATH) and its mmcv.ops
+#    start-up file;
 #    tools/check_env.py then checks the torch range, the pins and mmcv.ops without mmvit5.
 # Then, most important first, each section capped in time (a section that runs out is
 # reported and the next one starts; the last ones are skipped when BUDGET is spent):
@@ -49,8 +50,18 @@ section() {
 
 set -e
 "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps "$wheels"/*.whl
-"$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --no-build-isolation -e .
+# mmvit5 from the checkout through a path file (an editable install needs setuptools from the
+# network there), pointing at links to it: check_env drops the checkout itself from sys.path
+# to see what is installed. The hook's file sorts after it and finds _mmvit5_hook at start.
+links=$(mktemp -d)
+ln -s "$here/mmvit5" "$here/_mmvit5_hook.py" "$links/"
+"$PY" - "$links" <<'PYEOF'
+import os, sys, sysconfig
+with open(os.path.join(sysconfig.get_paths()['purelib'], 'mmvit5-checkout.pth'), 'w') as f:
+    f.write(sys.argv[1] + '\n')
+PYEOF
 "$PY" _mmvit5_hook.py >/dev/null
+"$PY" -c "import sys, mmvit5; print('[gpu_check] python', sys.version.split()[0], sys.flags, 'mmvit5 from', mmvit5.__file__)" | tee -a "$out/summary.txt"
 "$PY" tools/check_env.py | tee -a "$out/summary.txt"
 "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" \
   || { say "no CUDA device: stopping after the environment check"; exit 1; }

@@ -201,6 +201,34 @@ def part_times(parts: List[Part], setup: Setup, rounds: int) -> List[PartTime]:
     return results
 
 
+class Launches(NamedTuple):
+    """One block's forward + backward under the profiler."""
+    model: str
+    ops: int  # aten ops dispatched from Python (CPU side)
+    kernels: int  # device kernels launched (CUDA only)
+    kernel_ms: float  # summed kernel time (CUDA only)
+
+
+def launches(model: str, step: Callable[[], torch.Tensor], setup: Setup) -> Launches:
+    """How many ops and kernels one forward + backward of ``step`` costs: at batch 1 on a
+    GPU, a block of small elementwise kernels is bound by launching them, not by running."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from .memory import native_stderr_silenced
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if setup.device.type == 'cuda' else [])
+    _fwd_bwd(step, setup)
+    with native_stderr_silenced(), profile(activities=activities) as prof:
+        _fwd_bwd(step, setup)
+    events = prof.events()
+    # outermost aten ops: dispatched by Python or by the autograd engine, not by another op
+    ops = sum(1 for e in events if e.name.startswith('aten::') and (
+        e.cpu_parent is None or not e.cpu_parent.name.startswith('aten::')))
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    return Launches(model, ops, len(kernels), sum(e.device_time for e in kernels) / 1e3)
+
+
 def build_blocks(size: int, setup: Setup):
     """ViT5-B's first block (with the model's RoPE table) and timm's ViT-B block."""
     from timm.models.vision_transformer import Block as TimmBlock
@@ -214,8 +242,9 @@ def build_blocks(size: int, setup: Setup):
     return vit5.blocks[0], timm_block, rope, grid
 
 
-def breakdown(size: int, setup: Setup, rounds: int) -> Tuple[List[Saved], List[PartTime]]:
-    """Saved activations and part times of one block at ``size`` x ``size``."""
+def breakdown(size: int, setup: Setup, rounds: int
+              ) -> Tuple[List[Saved], List[PartTime], List[Launches]]:
+    """Saved activations, part times and launches of one block at ``size`` x ``size``."""
     block, timm_block, rope, grid = build_blocks(size, setup)
     T = 1 + grid[0] * grid[1]
     x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
@@ -224,7 +253,11 @@ def breakdown(size: int, setup: Setup, rounds: int) -> Tuple[List[Saved], List[P
     saved = saved_activations('vit5-b', block, (x5, rope, grid), setup) + \
         saved_activations('timm-vit-b', timm_block, (x, ), setup)
     progress(f'breakdown {size}x{size}: part times x {rounds} rounds')
-    return saved, part_times(block_parts(block, timm_block, rope, grid, setup), setup, rounds)
+    times = part_times(block_parts(block, timm_block, rope, grid, setup), setup, rounds)
+    progress(f'breakdown {size}x{size}: profiled launches')
+    counted = [launches('vit5-b', lambda: block(x5, rope, grid), setup),
+               launches('timm-vit-b', lambda: timm_block(x), setup)]
+    return saved, times, counted
 
 
 def saved_table(saved: List[Saved]) -> str:
@@ -253,15 +286,24 @@ def part_table(times: List[PartTime]) -> str:
     return '\n'.join(lines)
 
 
+def launches_table(counted: List[Launches]) -> str:
+    lines = ['| block | aten ops (CPU) | CUDA kernels | summed kernel ms |', '|---|---|---|---|']
+    lines += [f'| {c.model} | {c.ops} | {c.kernels or "-"} | '
+              f'{fmt(c.kernel_ms, 2) if c.kernels else "-"} |' for c in counted]
+    return '\n'.join(lines)
+
+
 def breakdown_report(sizes: Sequence[int], setup: Setup, rounds: int,
                      device: Optional[str] = None) -> Tuple[str, dict]:
     """Markdown of both tables per size, and the raw records."""
     text, raw = [], {}
     for size in sizes:
-        saved, times = breakdown(size, setup, rounds)
+        saved, times, counted = breakdown(size, setup, rounds)
         text.append(f'### One block at {size}x{size}: saved for backward\n\n{saved_table(saved)}'
                     f'\n\n### One block at {size}x{size}: time per part (median of {rounds} '
-                    f'alternated rounds)\n\n{part_table(times)}')
+                    f'alternated rounds)\n\n{part_table(times)}\n\n### One block at '
+                    f'{size}x{size}: forward + backward launches\n\n{launches_table(counted)}')
         raw[size] = dict(saved=[s._asdict() for s in saved],
-                         times=[t._asdict() for t in times])
+                         times=[t._asdict() for t in times],
+                         launches=[c._asdict() for c in counted])
     return '\n\n'.join(text), raw

@@ -77,8 +77,10 @@ def get_compiling_cuda_version() -> str:
 
 
 def _pooling_dtype(x: Tensor) -> torch.dtype:
-    # torchvision's CPU kernels have no bfloat16/float16 instantiation; CUDA has both
-    return x.dtype if x.is_cuda or x.dtype in (torch.float32, torch.float64) else torch.float32
+    # torchvision's kernels have no bfloat16 instantiation, its CPU ones no float16 either
+    # (CUDA has float16): those pool in float32, and the copy into mmcv's output rounds back
+    native = (torch.float32, torch.float64) + ((torch.float16, ) if x.is_cuda else ())
+    return x.dtype if x.dtype in native else torch.float32
 
 
 def roi_align_forward(input: Tensor, rois: Tensor, output: Tensor, argmax_y: Tensor,

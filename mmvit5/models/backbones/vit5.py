@@ -96,6 +96,11 @@ class ViT5(BaseModule):
         cp_impl (str): ``'fairscale'`` (``checkpoint_wrapper``) or ``'torch'``
             (non-reentrant ``torch.utils.checkpoint``).
         check_finite (bool): Raise on NaN/inf inputs (one reduction per forward).
+        compile_blocks (bool): ``torch.compile`` each block in place (regional compilation:
+            identical blocks share one compiled graph, state-dict keys unchanged). Inductor
+            fuses ViT-5's elementwise passes (QK-Norm, RoPE, LayerScale), which eager runs as
+            separate kernels; see the README's training benchmarks for where it pays.
+            Not with ``cp_impl='fairscale'`` (use ``'torch'``).
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a
             released, mmengine or mmdet/mmseg checkpoint (``prefix`` and ``checkpoint_key``
             select the entry); anything else is mmengine's usual initialisation.
@@ -140,6 +145,7 @@ class ViT5(BaseModule):
                  with_cp: bool = False,
                  cp_impl: str = 'fairscale',
                  check_finite: bool = False,
+                 compile_blocks: bool = False,
                  init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._arch_settings(arch)
@@ -200,6 +206,12 @@ class ViT5(BaseModule):
             self._wrap_checkpointing()
         for block in self.blocks:  # checkpointing recomputes every activation already
             block.attn.recompute_qk = not with_cp
+        if compile_blocks:
+            if with_cp and cp_impl == 'fairscale':
+                raise ValueError("compile_blocks=True cannot compile fairscale's checkpoint "
+                                 "wrapper: set cp_impl='torch' (or with_cp=False)")
+            for block in self.blocks:
+                block.compile()
         self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
         self._freeze_stages()
 

@@ -126,21 +126,28 @@ class Attention(nn.Module):
         rope = None if rope is None else rope[:, None]  # broadcast over heads
         training = torch.is_grad_enabled() and self.recompute_qk and \
             not (torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export())
-        with RecomputeSaved(enabled=training) as saved:
-            q = self.rotated(q, self.q_norm, rope, saved)
-            k = self.rotated(k, self.k_norm, rope, saved)
-            v = v.transpose(1, 2)
-            return self.windowed(q, k, v, grid) if self.window_size else self.attend(q, k, v)
+        if not training:  # no hooks: they would break a compiled graph, and save nothing here
+            return self._mix(q, k, v, rope, grid, None)
+        with RecomputeSaved() as saved:
+            return self._mix(q, k, v, rope, grid, saved)
+
+    def _mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             rope: Optional[torch.Tensor], grid: Tuple[int, int],
+             saved: Optional[RecomputeSaved]) -> torch.Tensor:
+        q = self.rotated(q, self.q_norm, rope, saved)
+        k = self.rotated(k, self.k_norm, rope, saved)
+        v = v.transpose(1, 2)
+        return self.windowed(q, k, v, grid) if self.window_size else self.attend(q, k, v)
 
     @staticmethod
     def rotated(x: torch.Tensor, norm: nn.Module, rope: Optional[torch.Tensor],
-                saved: RecomputeSaved) -> torch.Tensor:
+                saved: Optional[RecomputeSaved]) -> torch.Tensor:
         """QK-Norm, then RoPE, of ``x`` (B, T, heads, D) -> (B, heads, T, D); in training
-        (``saved`` enabled) a tensor that backward recomputes instead of keeping (see
+        (``saved`` given) a tensor that backward recomputes instead of keeping (see
         :mod:`.qk_norm_rope`)."""
         if rope is None:
             return norm(x).transpose(1, 2)
-        if not saved.enabled:
+        if saved is None:
             return apply_rope(norm(x), rope).transpose(1, 2)
         # the dtype attention runs in: autocast's cast, made here, so that attention saves
         # this very tensor

@@ -64,30 +64,26 @@ class RecomputeSaved(torch.autograd.graph.saved_tensors_hooks):
     strides, dtype and version), autograd keeps the function instead; backward calls it when
     it needs the tensor. Every other saved tensor is kept as usual.
 
-    ``enabled=False`` registers nothing, so the same code runs without hooks (inference,
-    compiled or exported graphs, and blocks under activation checkpointing, which already
-    recompute and own the saved-tensor hooks there).
+    Only for eager training: compiled graphs cannot trace saved-tensor hooks (and Inductor
+    chooses what to recompute itself), and under activation checkpointing the hooks belong to
+    the checkpoint, which recomputes everything anyway.
     """
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self._entries: List[Tuple[torch.Tensor, Callable[[], torch.Tensor]]] = []
         super().__init__(self._pack, self._unpack)
 
-    def __enter__(self):
-        if self.enabled:
-            super().__enter__()
+    def __enter__(self) -> 'RecomputeSaved':
+        super().__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
         self._entries.clear()  # the registered tensors may be freed once backward is built
-        if self.enabled:
-            super().__exit__(*exc)
+        super().__exit__(*exc)
 
     def register(self, tensor: torch.Tensor, make: Callable[[], torch.Tensor]) -> torch.Tensor:
         """Let ops inside the context save ``tensor`` as ``make`` (returns ``tensor``)."""
-        if self.enabled:
-            self._entries.append((tensor, make))
+        self._entries.append((tensor, make))
         return tensor
 
     def _pack(self, tensor: torch.Tensor):
