@@ -177,15 +177,23 @@ def spread(values: List[float]) -> Dict[str, float]:
 
 
 def summarize(results: Dict[str, dict], metric: str) -> Dict[str, dict]:
-    """Per variant: the spread of ``metric`` over seeds and the difference of its mean from the
-    baseline's, with that difference's standard error (None without a baseline)."""
+    """Per variant: the spread of ``metric`` over seeds, the difference of its mean from the
+    baseline's with that difference's standard error, and the paired differences (same seed:
+    same data order, augmentations and initial draws where the switch leaves the parameter
+    shapes alone) as mean, std and how many seeds are ahead. None without a baseline."""
     summary = {name: spread([run[metric] for run in result['runs']])
                for name, result in results.items()}
     base = summary.get(BASELINE)
-    for stats in summary.values():
+    by_seed = {run['seed']: run[metric] for run in results.get(BASELINE, {}).get('runs', [])}
+    for name, stats in summary.items():
         stats['delta'] = None if base is None else stats['mean'] - base['mean']
         stats['delta_se'] = None if base is None else math.sqrt(
             stats['std']**2 / stats['n'] + base['std']**2 / base['n'])
+        diffs = [run[metric] - by_seed[run['seed']] for run in results[name]['runs']
+                 if run['seed'] in by_seed]
+        paired = name != BASELINE and diffs and len(diffs) == stats['n']
+        stats['paired'] = spread(diffs) if paired else None
+        stats['ahead'] = sum(d > 0 for d in diffs) if paired else None
     return summary
 
 
@@ -194,15 +202,19 @@ def markdown_table(results: Dict[str, dict], summary: Dict[str, dict], metric: s
     """The study as a Markdown table: variant, switch, metric mean ± std, min-max, per-seed
     values, difference from the baseline ± its standard error."""
     lines = [f'| variant | switch | {metric} mean ± std | min - max | per seed | '
-             'vs baseline ± s.e. |', '|---|---|---|---|---|---|']
+             'vs baseline ± s.e. | paired: mean ± std of seed differences (ahead) |',
+             '|---|---|---|---|---|---|---|']
     for name, stats in summary.items():
         override = ', '.join(f'{k}={v!r}' for k, v in results[name]['override'].items())
         per_seed = ' / '.join(f'{run[metric]:.1f}' for run in results[name]['runs'])
         delta = '-' if name == BASELINE or stats['delta'] is None else \
             f'{stats["delta"]:+.1f} ± {stats["delta_se"]:.1f}'
+        paired = '-' if not stats.get('paired') else \
+            f'{stats["paired"]["mean"]:+.1f} ± {stats["paired"]["std"]:.1f} ' \
+            f'({stats["ahead"]}/{stats["paired"]["n"]})'
         lines.append(f'| {name} | {override or "(released)"} | {stats["mean"]:.1f} ± '
                      f'{stats["std"]:.1f} | {stats["min"]:.1f} - {stats["max"]:.1f} | '
-                     f'{per_seed} | {delta} |')
+                     f'{per_seed} | {delta} | {paired} |')
     if seconds is not None:
         lines.append(f'\n{len(summary)} variants x {summary[next(iter(summary))]["n"]} seeds '
                      f'in {seconds / 60:.1f} min.')

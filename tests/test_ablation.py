@@ -47,10 +47,12 @@ def test_summary_is_mean_and_spread_against_the_baseline():
     assert summary['no-rope']['delta'] == -11.5
     assert summary['no-rope']['delta_se'] == pytest.approx((0.5 / 2 + 4 / 3)**0.5)
     table = markdown_table(results, summary, 'mIoU')
-    assert '| baseline | (released) | 42.0 ± 2.0 | 40.0 - 44.0 | 40.0 / 44.0 / 42.0 | - |' \
+    assert '| baseline | (released) | 42.0 ± 2.0 | 40.0 - 44.0 | 40.0 / 44.0 / 42.0 | - | - |' \
         in table
-    assert '| no-rope | use_rope=False | 30.5 ± 0.7 | 30.0 - 31.0 | 30.0 / 31.0 | -11.5 ± 1.3 |' \
-        in table
+    # paired by seed: 30 - 40 and 31 - 44
+    assert summary['no-rope']['paired']['mean'] == -11.5 and summary['no-rope']['ahead'] == 0
+    assert '| no-rope | use_rope=False | 30.5 ± 0.7 | 30.0 - 31.0 | 30.0 / 31.0 | -11.5 ± 1.3 | ' \
+        '-11.5 ± 2.1 (0/2) |' in table
 
 
 def test_study_tool_trains_a_variant_and_writes_the_table(tmp_path):
