@@ -25,6 +25,9 @@ from .core import Setup, progress, synchronize
 from .report import fmt
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
 class Saved(NamedTuple):
     """One saved tensor (the first view saved of a storage)."""
     model: str
@@ -55,7 +58,8 @@ def _calling_code() -> str:
     """``file:function`` that applied the custom autograd Function now saving: autograd calls
     the saved-tensor hooks after the Function's forward has returned, from its caller."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_name in ('observe', 'pack', '_pack'):
+    while frame is not None and (frame.f_code.co_name in ('observe', 'pack', '_pack') or
+                                 frame.f_code.co_filename.startswith(_TORCH_DIR)):
         frame = frame.f_back
     if frame is None:
         return 'autograd.Function'

@@ -1,5 +1,5 @@
 """Multi-head self-attention of ViT-5: bias-free QKV, QK-Norm, 2D RoPE, fused SDPA, windows."""
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -38,16 +38,30 @@ def from_windows(x: torch.Tensor, grid: Tuple[int, int], window_size: int) -> to
     return x[:, :, :rows, :cols].reshape(-1, heads, rows * cols, dim)
 
 
+_MASKS: Dict[tuple, torch.Tensor] = {}  # window_key_mask by its arguments
+
+
 def window_key_mask(grid: Tuple[int, int], window_size: int, num_prefix: int,
                     device: torch.device) -> torch.Tensor:
     """(num_windows, 1, 1, num_prefix + window_size ** 2) bool: which keys a window may see.
 
     Prefix tokens always; window cells only where they are inside the image (not padding).
+    Eager calls are cached (every windowed block of a forward asks for the same mask, and on a
+    GPU its ten small ops cost launches); compiled and exported graphs compute it.
     """
+    key = (grid, window_size, num_prefix, device)
+    cacheable = not (torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export())
+    if cacheable and key in _MASKS:
+        return _MASKS[key]
     valid = torch.ones(1, 1, *grid, device=device)
     windows = to_windows(valid.flatten(2)[..., None], grid, window_size)[..., 0] > 0
     prefix = windows.new_ones(windows.shape[0], 1, num_prefix)
-    return torch.cat((prefix, windows), dim=-1)[:, :, None, :]
+    mask = torch.cat((prefix, windows), dim=-1)[:, :, None, :]
+    if cacheable:
+        if len(_MASKS) >= 32:  # multi-scale training meets many grids
+            _MASKS.pop(next(iter(_MASKS)))
+        _MASKS[key] = mask
+    return mask
 
 
 class Attention(nn.Module):

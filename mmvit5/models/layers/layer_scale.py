@@ -43,13 +43,16 @@ class _ScaledLinear(torch.autograd.Function):
         need_x, need_w, need_b, need_s = ctx.needs_input_grad[:4]
         grad2 = grad.reshape(-1, grad.shape[-1]).to(x.dtype)
         grad_x = grad_w = grad_b = grad_s = None
-        if need_x:
-            folded = (weight * scale[:, None]).to(x.dtype)
-            grad_x = (grad2 @ folded).view(x.shape).to(ctx.x_dtype)
+        if need_x:  # through the scaled gradient or the scaled weight, whichever is smaller
+            if grad2.numel() < weight.numel():
+                grad_x = (grad2 * scale.to(x.dtype)) @ weight.to(x.dtype)
+            else:
+                grad_x = grad2 @ (weight * scale[:, None]).to(x.dtype)
+            grad_x = grad_x.view(x.shape).to(ctx.x_dtype)
         if need_w or need_s:
             outer = (grad2.t() @ x.reshape(-1, x.shape[-1])).to(weight.dtype)  # d(W * scale)
-            grad_w = outer * scale[:, None] if need_w else None
-            grad_s = (outer * weight).sum(1) if need_s else None
+            grad_s = torch.linalg.vecdot(outer, weight) if need_s else None
+            grad_w = outer.mul_(scale[:, None]) if need_w else None
         if bias is not None and (need_b or need_s):
             summed = grad2.sum(0).to(bias.dtype)  # d(b * scale)
             grad_b = summed * scale if need_b else None
