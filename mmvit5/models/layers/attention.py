@@ -78,6 +78,10 @@ class Attention(nn.Module):
     own window plus all prefix tokens; prefix tokens attend to every token. Padding cells of
     the window grid are masked out as keys.
 
+    Eager training runs QK-Norm + RoPE as one autograd step and lets backward recompute the
+    rotated q and k instead of keeping them (:mod:`.qk_norm_rope`); ``recompute_qk = False``
+    (set by :class:`ViT5` under activation checkpointing) turns that off.
+
     Args:
         dim (int): Token width C.
         num_heads (int): Heads; ``dim`` must be divisible by it.
