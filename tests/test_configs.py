@@ -2,10 +2,11 @@
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope, init_default_scope
 
 from conftest import config
-from mmvit5.utils import check_config
+from mmvit5.utils import amp_for_device, check_config
 
 CONFIGS = {
     'vit5-s_maskrcnn_coco.py': ('small', 'mmdet'), 'vit5_maskrcnn_coco.py': ('base', 'mmdet'),
@@ -55,3 +56,28 @@ def test_missing_pretrained_file_names_the_path():
     model = build(cfg, 'mmseg')
     with pytest.raises(FileNotFoundError, match='checkpoints/vit5_small_patch16_224.pth'):
         model.init_weights()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='the fp16 AmpOptimWrapper is kept on CUDA')
+@pytest.mark.parametrize('native_bf16', [True, False], ids=['native-bf16', 'no-native-bf16'])
+def test_fp16_recipe_without_cuda_picks_a_wrapper_that_runs(native_bf16):
+    """The COCO recipes ask for mmengine's fp16 AmpOptimWrapper, which needs CUDA: bf16 autocast
+    replaces it where the CPU has native bf16, float32 where it does not (bf16 matmuls there run
+    ~100x slower than float32 ones)."""
+    cfg = Config.fromfile(config('vit5_maskrcnn_coco.py'))
+    assert cfg.optim_wrapper.type == 'AmpOptimWrapper' and 'loss_scale' in cfg.optim_wrapper
+    amp_for_device(cfg, native_bf16=native_bf16)
+    wrapper = cfg.optim_wrapper
+    assert 'loss_scale' not in wrapper
+    if native_bf16:
+        assert wrapper.type == 'AutocastOptimWrapper' and wrapper.dtype == 'bfloat16'
+    else:
+        assert wrapper.type == 'OptimWrapper' and 'dtype' not in wrapper
+    init_default_scope('mmdet')
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    built = build_optim_wrapper(model, dict(wrapper, constructor='DefaultOptimWrapperConstructor',
+                                            paramwise_cfg=None))
+    assert type(built).__name__ == wrapper.type
+    with built.optim_context(model):
+        out = model(torch.randn(2, 4))
+    assert out.dtype == (torch.bfloat16 if native_bf16 else torch.float32)

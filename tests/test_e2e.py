@@ -81,15 +81,14 @@ def test_distributed_training_two_processes_with_checkpointing(toy_root, tmp_pat
 
 
 def test_amp_training_stays_finite(toy_root, tmp_path):
-    """--amp: bf16 autocast on this CPU machine (AmpOptimWrapper needs CUDA)."""
+    """--amp with bf16 autocast forced: without CUDA the tools pick it only on CPUs with native
+    bf16 (test_configs.py), so it is forced here to test its numerics on every CPU."""
     work = tmp_path / 'amp'
-    iters = 200
+    iters = 40
     out = run_tool(tool('train.py') + [config(UPERNET), '--amp', '--work-dir', str(work),
-                                       '--cfg-options', f'train_cfg.max_iters={iters}',
-                                       f'train_cfg.val_interval={iters}',
-                                       f'default_hooks.checkpoint.interval={iters}',
-                                       f'param_scheduler.1.end={iters}'], cwd=toy_root)
-    assert "type='AutocastOptimWrapper'" in out or 'AutocastOptimWrapper' in out
+                                       '--cfg-options', 'optim_wrapper.type=AutocastOptimWrapper',
+                                       f'train_cfg.max_iters={iters}'], cwd=toy_root)
+    assert "type='AutocastOptimWrapper'" in out
     losses = [float(v) for v in re.findall(r'\bloss: ([0-9.eE+-]+|nan|inf)', out)]
     assert len(losses) >= iters // 10 and all(map(lambda v: v == v and v < 1e4, losses))
     assert losses[-1] < losses[0]  # it learns under autocast

@@ -13,7 +13,8 @@ class AutocastOptimWrapper(OptimWrapper):
     """``OptimWrapper`` whose forward runs under ``torch.autocast`` (bf16 by default).
 
     mmengine 0.10.7's ``AmpOptimWrapper`` asserts a CUDA/NPU/MLU device; ``tools/train.py
-    --amp`` picks this wrapper instead on CPU-only machines. bf16 keeps float32's exponent
+    --amp`` picks this wrapper instead on CPU-only machines with native bf16
+    (:func:`mmvit5.utils.amp_for_device`). bf16 keeps float32's exponent
     range, so no loss scaling is needed (nor done); parameters and optimizer state stay
     float32, and ViT-5's norms compute in float32 regardless.
 
