@@ -5,7 +5,7 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 -> strip the class token and registers -> (B, C, H, W) per ``out_indices`` entry.
 """
 import copy
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -16,25 +16,16 @@ from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 from torch.nn.init import trunc_normal_
 
-from ...checkpoint import (
-    check_vit5_state,
-    describe_state,
-    extract_state_dict,
-    fit_state_dict,
-    fold_layer_scale,
-    read_checkpoint,
-    resize_pos_embed,
-    square_grid,
-)
+from ...checkpoint import extract_state_dict, read_checkpoint, resize_pos_embed
 from ..layers.block import Block, PatchEmbed
 from ..layers.norm import token_norm
 from ..layers.rope import (ROPE_MODES, RotaryEmbedding2D, register_grid, rotations,
                            sequence_angles)
+from .vit5_weights import RELEASED_SWITCHES, adapt_state_dict
 
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
 DROP_PATH_SCHEDULES = ('uniform', 'linear')
 CP_IMPLS = ('fairscale', 'torch')
-RELEASED_REGISTERS = 4
 
 
 @MODELS.register_module()
@@ -357,83 +348,13 @@ class ViT5(BaseModule):
                       layer_scale_init_value=self.layer_scale_init_value,
                       qk_norm=self.qk_norm, use_abs_pos=self.use_abs_pos,
                       use_rope=self.use_rope, norm=self.norm_type, qkv_bias=self.qkv_bias)
-        released = dict(num_registers=RELEASED_REGISTERS, layer_scale_init_value=1e-4,
-                        qk_norm=True, use_abs_pos=True, use_rope=True, norm='rms',
-                        qkv_bias=False)
-        return {k: v for k, v in values.items() if v != released[k]}
-
-    def _switched_keys(self) -> List[Tuple[str, str]]:
-        """(key pattern, switch) of the tensors in which the switches make this model differ
-        from a released one: a checkpoint may lack them, have them, or have another shape."""
-        switches = self.switches()
-        patterns = dict(
-            num_registers=r'reg_token', layer_scale_init_value=r'blocks\.\d+\.gamma_[12]',
-            qk_norm=r'blocks\.\d+\.attn\.[qk]_norm\.weight', use_abs_pos=r'pos_embed',
-            norm=r'(blocks\.\d+\.(norm[12]|attn\.[qk]_norm)|norm)\.bias',
-            qkv_bias=r'blocks\.\d+\.attn\.qkv\.bias')
-        # RoPE has no parameters (its buffers are handled apart); another LayerScale init
-        # keeps the released parameters, which a checkpoint then overrides
-        return [(patterns[k], f'{k}={v!r}') for k, v in switches.items()
-                if k in patterns and (k != 'layer_scale_init_value' or v is None)]
+        return {k: v for k, v in values.items() if v != RELEASED_SWITCHES[k]}
 
     def adapt_state_dict(self, state: Dict[str, torch.Tensor],
                          source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
-        """Map a checkpoint's backbone tensors onto this model's keys, or raise.
-
-        Where an ablation switch makes this model differ from the checkpoint, what fits loads:
-        the checkpoint's tensors of a part switched off are dropped (LayerScale is folded into
-        ``attn.proj`` / ``mlp.fc2`` instead, which keeps the function), the model's tensors of
-        a part the checkpoint lacks (LayerNorm and ``qkv`` biases, a register count of another
-        size) stay at their initial values, and each case is logged as a warning with its
-        keys. Every other difference raises :class:`CheckpointError`, as does a checkpoint of
-        which nothing fits.
-
-        Returns:
-            OrderedDict: The tensors to load (a subset of this model's keys).
-        """
-        check_vit5_state(state, source)
-        own = self.state_dict()
-        notes: Dict[Tuple[str, str], List[str]] = defaultdict(list)
-        if self.layer_scale_init_value is None:
-            state, folded = fold_layer_scale(state)
-            notes['folded into attn.proj / mlp.fc2, the same function',
-                  'layer_scale_init_value=None'] += folded
-        adapted = OrderedDict()
-        mismatched = []
-        for key, value in state.items():
-            if key.startswith(('head.', 'fc_norm.')):
-                continue
-            if key.endswith(('attn.rope.freqs', 'attn.rope_reg.freqs')):
-                # deterministic buffers, stored per block by the reference: check, then drop
-                rope = self.rope_reg if 'rope_reg' in key else self.rope
-                if rope is None:
-                    notes['dropped', 'use_rope=False' if not self.use_rope else
-                          'num_registers=0'].append(key)
-                elif value.shape != rope.freqs.shape or not torch.allclose(
-                        value.float(), rope.freqs, rtol=1e-6, atol=0):
-                    mismatched.append(f'{key}: checkpoint {value.tolist()[:3]}... vs model '
-                                      f'{rope.freqs.tolist()[:3]}... (RoPE theta or head dim)')
-                continue
-            if key == 'pos_embed' and key in own and value.shape != own[key].shape \
-                    and value.shape[-1] == own[key].shape[-1]:
-                value = resize_pos_embed(value, square_grid(value.shape[1], 'pos_embed'),
-                                         self.pretrain_grid)
-                print_log(f'ViT5: resized pos_embed of {source} from {state[key].shape[1]} to '
-                          f'{value.shape[1]} positions', logger='current')
-            adapted[key] = value
-        if self.layer_scale_init_value not in (None, 1e-4):
-            # an init ablation means nothing once a checkpoint's gammas replace the init
-            notes['loaded over the init', f'layer_scale_init_value='
-                  f'{self.layer_scale_init_value!r}'] += [k for k in adapted if 'gamma_' in k]
-        return fit_state_dict(
-            adapted, self.state_dict(), self._switched_keys(), notes, mismatched, source,
-            f'this ViT5 ({self._describe()}; the checkpoint looks like {describe_state(state)})')
-
-    def _describe(self) -> str:
-        switches = ''.join(f', {k}={v!r}' for k, v in self.switches().items()
-                           if k != 'num_registers')
-        return (f'embed_dim {self.embed_dim}, depth {self.depth}, '
-                f'{self.num_registers} registers{switches}')
+        """Map a checkpoint's backbone tensors onto this model's keys, or raise
+        (:func:`~mmvit5.models.backbones.vit5_weights.adapt_state_dict`)."""
+        return adapt_state_dict(self, state, source)
 
     # ----------------------------------------------------------------- forward
     def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype, device: torch.device,
