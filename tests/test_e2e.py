@@ -87,7 +87,8 @@ def test_amp_training_stays_finite(toy_root, tmp_path):
     iters = 40
     out = run_tool(tool('train.py') + [config(UPERNET), '--amp', '--work-dir', str(work),
                                        '--cfg-options', 'optim_wrapper.type=AutocastOptimWrapper',
-                                       f'train_cfg.max_iters={iters}'], cwd=toy_root)
+                                       f'train_cfg.max_iters={iters}',
+                                       f'train_cfg.val_interval={iters}'], cwd=toy_root)
     assert "type='AutocastOptimWrapper'" in out
     losses = [float(v) for v in re.findall(r'\bloss: ([0-9.eE+-]+|nan|inf)', out)]
     assert len(losses) >= iters // 10 and all(map(lambda v: v == v and v < 1e4, losses))
