@@ -1,7 +1,7 @@
 """Reading ViT-5 checkpoints: the released DeiT-style layout, mmengine's, and plain dicts.
 
-One function resizes ``pos_embed`` for both checkpoint loading and run-time grids, so a
-fine-tuned model and the forward pass agree on how the absolute embedding is stretched.
+A checkpoint's ``pos_embed`` is stretched to a model's grid by the function the forward pass
+uses (:func:`~mmvit5.models.layers.pos_embed.resize_pos_embed`).
 """
 import logging
 import os
@@ -12,7 +12,6 @@ from collections import OrderedDict
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
 
@@ -74,24 +73,6 @@ def extract_state_dict(checkpoint: dict, key: Optional[str] = None,
         if not state:
             raise CheckpointError(f'checkpoint has no keys under prefix {prefix!r}')
     return state
-
-
-def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Sequence[int],
-                     dst_grid: Sequence[int]) -> torch.Tensor:
-    """Resize a patch position embedding (1, h * w, C) from grid ``src_grid`` to ``dst_grid``.
-
-    Bicubic with ``align_corners=False`` on the (1, C, h, w) map, per axis, as the reference
-    fine-tuning code does (computed in float32, returned in the input dtype).
-    """
-    src_grid, dst_grid = tuple(src_grid), tuple(dst_grid)
-    # comparing an exported graph's symbolic grid would pin it to the example input's; bicubic
-    # at scale 1 is the identity
-    if not torch.compiler.is_exporting() and src_grid == dst_grid:
-        return pos_embed
-    dim = pos_embed.shape[-1]
-    grid = pos_embed.float().reshape(1, src_grid[0], src_grid[1], dim).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=dst_grid, mode='bicubic', align_corners=False)
-    return grid.permute(0, 2, 3, 1).reshape(1, dst_grid[0] * dst_grid[1], dim).to(pos_embed.dtype)
 
 
 def check_vit5_state(state: Dict[str, torch.Tensor], source: str) -> None:

@@ -7,7 +7,8 @@ import torch
 from mmengine.logging import print_log
 
 from ...checkpoint import (check_vit5_state, describe_state, fit_state_dict, fold_layer_scale,
-                           resize_pos_embed, square_grid)
+                           square_grid)
+from ..layers.pos_embed import resize_pos_embed
 
 # the ablation switches as the released model sets them
 RELEASED_SWITCHES = dict(num_registers=4, layer_scale_init_value=1e-4, qk_norm=True,
