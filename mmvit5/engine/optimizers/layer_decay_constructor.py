@@ -1,4 +1,4 @@
-"""Layer-wise learning-rate decay for ViT5 (BEiT / ViTDet recipe) as an mmengine constructor."""
+"""Layer-wise learning-rate decay (BEiT / ViTDet recipe) as an mmengine constructor."""
 from typing import List, Tuple
 
 import torch.nn as nn
@@ -6,7 +6,7 @@ from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-from ...models.backbones.vit5 import ViT5
+from ...utils.checks import check_number
 
 # parameters that never get weight decay besides every 1-D tensor (norms, gammas, biases)
 NO_DECAY_TOKENS = ('cls_token', 'reg_token', 'pos_embed')
@@ -14,21 +14,26 @@ NO_DECAY_TOKENS = ('cls_token', 'reg_token', 'pos_embed')
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class ViT5LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
-    """AdamW-style parameter groups with layer-wise lr decay over a ViT5 backbone.
+    """AdamW-style parameter groups with layer-wise lr decay over a ViT backbone.
 
     (mmseg's own ``LayerDecayOptimizerConstructor`` only knows ConvNeXt/BEiT/MAE parameter
     names, and shadows any root-registry class of that name in mmseg configs.)
 
-    Depth 0 is the patch embedding and the ``cls_token``/``reg_token``/``pos_embed``; block
-    ``i`` is depth ``i + 1``; the final norm, necks and heads are depth ``num_layers + 1`` and
-    train at the full rate. A parameter at depth ``d`` gets
-    ``lr = base_lr * layer_decay_rate ** (num_layers + 1 - d)``. Norm weights, LayerScale
-    gammas, biases and the tokens/position embedding get no weight decay. The groups are
-    logged once as a table (depth, lr scale, weight decay, parameter count).
+    The backbone says how deep each parameter is, through mmpretrain's
+    ``get_layer_depth(param_name, prefix) -> (layer_depth, num_layers)`` (ViT5 has it, and so
+    do mmpretrain's ViTs). For ViT5, depth 0 is the patch embedding and the
+    ``cls_token``/``reg_token``/``pos_embed``; block ``i`` is depth ``i + 1``; the final norm,
+    necks and heads are the last depth and train at the full rate. With ``N`` blocks
+    (``num_layers - 2``), a parameter at depth ``d`` gets
+    ``lr = base_lr * layer_decay_rate ** (N + 1 - d)``. Norm weights, LayerScale gammas, biases
+    and the tokens/position embedding get no weight decay. The groups are logged once as a
+    table (depth, lr scale, weight decay, parameter count).
 
     ``paramwise_cfg`` keys:
-        layer_decay_rate (float): Decay per block, e.g. 0.7 (ViTDet-B) or 0.65 (BEiT-B).
-        num_layers (int, optional): Defaults to the ViT5 backbone's depth.
+        layer_decay_rate (float): Decay per block in (0, 1], e.g. 0.7 (ViTDet-B) or 0.65
+            (BEiT-B); 1 switches decay off.
+        num_layers (int, optional): ``N``, the blocks the decay counts; defaults to the
+            backbone's. A larger value scales every backbone parameter down further.
 
     Example:
         >>> optim_wrapper = dict(
@@ -44,20 +49,27 @@ class ViT5LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
         if unknown:
             raise ValueError(f'ViT5LayerDecayOptimizerConstructor paramwise_cfg accepts '
                              f'layer_decay_rate and num_layers, got {sorted(unknown)}')
-        num_layers = self.paramwise_cfg.get('num_layers', backbone.depth)
-        rate = float(self.paramwise_cfg.get('layer_decay_rate', 1.0))
-        if not 0 < rate <= 1:
-            raise ValueError(f'layer_decay_rate must be in (0, 1], got {rate}')
+        rate = self.paramwise_cfg.get('layer_decay_rate', 1.0)
+        check_number('layer_decay_rate', rate, low=0, high=1, low_open=True,
+                     hint='e.g. 0.7 (ViTDet-B), 0.65 (BEiT-B); 1 for no decay')
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        depths = {name: backbone.get_layer_depth(name, prefix) for name, _ in named}
+        blocks = next(iter(depths.values()))[1] - 2 if depths else 0
+        num_layers = self.paramwise_cfg.get('num_layers', blocks)
+        if 'num_layers' in self.paramwise_cfg:
+            check_number('num_layers', num_layers, low=max(blocks, 1), integer=True,
+                         hint=f'the blocks the decay counts; leave it out for the backbone\'s '
+                         f'{blocks}')
         weight_decay = self.base_wd or 0.0
         groups = {}
-        for name, param in module.named_parameters():
-            if not param.requires_grad:
-                continue
-            depth = self.layer_depth(name, prefix, num_layers)
+        for name, param in named:
+            depth, max_depth = depths[name]
+            if depth == max_depth - 1:  # what follows the blocks trains at the full rate
+                depth = num_layers + 1
             no_decay = param.ndim == 1 or name.endswith(NO_DECAY_TOKENS)
             key = (depth, no_decay)
             if key not in groups:
-                scale = rate**(num_layers + 1 - depth)
+                scale = float(rate)**(num_layers + 1 - depth)
                 groups[key] = dict(params=[], param_names=[], lr=self.base_lr * scale,
                                    lr_scale=scale, weight_decay=0.0 if no_decay else weight_decay)
             groups[key]['params'].append(param)
@@ -66,23 +78,16 @@ class ViT5LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
         self._log_groups(groups)
 
     @staticmethod
-    def layer_depth(name: str, prefix: str, num_layers: int) -> int:
-        """Depth of a parameter name of the whole model (see the class docstring)."""
-        if not name.startswith(prefix):
-            return num_layers + 1
-        local = name[len(prefix):]
-        if local.startswith(('patch_embed.', *NO_DECAY_TOKENS)):
-            return 0
-        if local.startswith('blocks.'):
-            return int(local.split('.')[1]) + 1
-        return num_layers + 1
-
-    @staticmethod
-    def _find_backbone(module: nn.Module) -> Tuple[str, ViT5]:
+    def _find_backbone(module: nn.Module) -> Tuple[str, nn.Module]:
+        """The first submodule with ``get_layer_depth(param_name, prefix)``, and its prefix."""
         for name, sub in module.named_modules():
-            if isinstance(sub, ViT5):
+            # a model's own get_layer_depth (mmpretrain's classifiers) takes no prefix
+            if sub is module and isinstance(getattr(module, 'backbone', None), nn.Module):
+                continue
+            if callable(getattr(sub, 'get_layer_depth', None)):
                 return (name + '.' if name else ''), sub
-        raise TypeError('ViT5LayerDecayOptimizerConstructor needs a model with a ViT5 backbone; '
+        raise TypeError('ViT5LayerDecayOptimizerConstructor needs a backbone with '
+                        'get_layer_depth(param_name, prefix) (ViT5 has one); '
                         f'{type(module).__name__} has none. Use the default constructor.')
 
     @staticmethod

@@ -5,6 +5,7 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 -> strip the class token and registers -> (B, C, H, W) per ``out_indices`` entry.
 """
 import copy
+import numbers
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -16,9 +17,11 @@ from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 from torch.nn.init import trunc_normal_
 
-from ...checkpoint import extract_state_dict, read_checkpoint, resize_pos_embed
+from ...checkpoint import extract_state_dict, read_checkpoint
+from ...utils.checks import check_number
 from ..layers.block import Block, PatchEmbed
 from ..layers.norm import token_norm
+from ..layers.pos_embed import resize_pos_embed
 from ..layers.rope import (ROPE_MODES, RotaryEmbedding2D, register_grid, rotations,
                            sequence_angles)
 from .vit5_weights import RELEASED_SWITCHES, adapt_state_dict
@@ -143,8 +146,15 @@ class ViT5(BaseModule):
         embed_dim = self.arch_settings['embed_dim']
         depth = self.arch_settings['depth']
         num_heads = self.arch_settings['num_heads']
-        self._check_config(embed_dim, num_heads, num_registers, out_type, rope_mode,
-                           drop_path_schedule, cp_impl, frozen_stages, depth)
+        mlp_ratio = self.arch_settings.get('mlp_ratio', 4.0)
+        self._check_config(
+            embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
+            img_size=img_size, patch_size=patch_size, in_channels=in_channels,
+            num_registers=num_registers, out_type=out_type, rope_mode=rope_mode,
+            rope_theta=rope_theta, reg_rope_theta=reg_rope_theta,
+            drop_path_rate=drop_path_rate, drop_path_schedule=drop_path_schedule,
+            layer_scale_init_value=layer_scale_init_value, window_size=window_size,
+            frozen_stages=frozen_stages, cp_impl=cp_impl)
         self.embed_dim = embed_dim
         self.depth = depth
         self.patch_size = patch_size
@@ -162,7 +172,7 @@ class ViT5(BaseModule):
         self.qk_norm = qk_norm
         self.use_abs_pos = use_abs_pos
         self.use_rope = use_rope
-        self.norm_type = norm
+        self.norm_kind = norm  # of every norm layer: blocks, QK-Norm and the final self.norm
         self.qkv_bias = qkv_bias
         norm_layer = token_norm(norm)
 
@@ -187,9 +197,11 @@ class ViT5(BaseModule):
             rates = torch.linspace(0, drop_path_rate, depth).tolist()
         self.global_attn_indices = self._global_blocks(window_size, global_attn_indices, depth)
         self.blocks = nn.ModuleList([
-            Block(embed_dim, num_heads, self.arch_settings.get('mlp_ratio', 4.0), rates[i],
-                  layer_scale_init_value, qk_norm, qkv_bias, norm_layer, fused_attn,
-                  0 if i in self.global_attn_indices else window_size) for i in range(depth)
+            Block(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, drop_path=rates[i],
+                  layer_scale_init_value=layer_scale_init_value, qk_norm=qk_norm,
+                  qkv_bias=qkv_bias, norm_layer=norm_layer, fused_attn=fused_attn,
+                  window_size=0 if i in self.global_attn_indices else window_size)
+            for i in range(depth)
         ])
         self.with_cp = with_cp
         self.cp_impl = cp_impl
@@ -222,25 +234,56 @@ class ViT5(BaseModule):
         return dict(arch)
 
     @staticmethod
-    def _check_config(embed_dim, num_heads, num_registers, out_type, rope_mode,
-                      drop_path_schedule, cp_impl, frozen_stages, depth) -> None:
+    def _check_config(*, embed_dim: int, depth: int, num_heads: int, mlp_ratio: float,
+                      img_size: Union[int, Sequence[int]], patch_size: int, in_channels: int,
+                      num_registers: int, out_type: str, rope_mode: str, rope_theta: float,
+                      reg_rope_theta: float, drop_path_rate: float, drop_path_schedule: str,
+                      layer_scale_init_value: Optional[float], window_size: int,
+                      frozen_stages: int, cp_impl: str) -> None:
+        """Raise ``ValueError`` on any argument out of range, before a layer is built."""
+        arch = 'set arch to a preset or fix the arch dict'
+        check_number('embed_dim', embed_dim, low=1, integer=True, hint=arch)
+        check_number('depth', depth, low=1, integer=True, hint=arch)
+        check_number('num_heads', num_heads, low=1, integer=True, hint=arch)
+        check_number('mlp_ratio', mlp_ratio, low=0, low_open=True,
+                     hint='the MLP hidden width is embed_dim * mlp_ratio (4 as released)')
         if embed_dim % num_heads:
             raise ValueError(f'embed_dim {embed_dim} is not divisible by num_heads '
                              f'{num_heads}; pick num_heads dividing embed_dim')
         if (embed_dim // num_heads) % 4:
             raise ValueError(f'head dim {embed_dim // num_heads} (embed_dim / num_heads) must '
                              'be divisible by 4 for 2D RoPE; change embed_dim or num_heads')
-        if not isinstance(num_registers, int) or num_registers < 0:
-            raise ValueError(f'num_registers must be an integer >= 0 (0 for no registers, 4 '
-                             f'as released), got {num_registers!r}')
+        check_number('patch_size', patch_size, low=1, integer=True, hint='16 as released')
+        sides = [img_size] * 2 if isinstance(img_size, numbers.Real) else list(img_size)
+        if len(sides) != 2:
+            raise ValueError(f'img_size must be an int or (height, width), got {img_size!r}')
+        for side in sides:
+            check_number('img_size', side, low=patch_size, integer=True,
+                         hint='the pretraining size, at least one patch (224 as released)')
+        check_number('in_channels', in_channels, low=1, integer=True,
+                     hint='3 for RGB images')
+        check_number('num_registers', num_registers, low=0, integer=True,
+                     hint='0 for no registers, 4 as released')
+        for name, theta, released in (('rope_theta', rope_theta, 10000),
+                                      ('reg_rope_theta', reg_rope_theta, 100)):
+            check_number(name, theta, low=1, low_open=True,
+                         hint=f'frequencies theta ** (-2j / d) must fall with j ({released} '
+                         'as released)')
+        check_number('drop_path_rate', drop_path_rate, low=0, high=1, high_open=True,
+                     hint='the probability of dropping a block (0 to switch it off)')
+        if layer_scale_init_value is not None:
+            check_number('layer_scale_init_value', layer_scale_init_value, low=0,
+                         low_open=True, hint='1e-4 as released, or None for no LayerScale')
+        check_number('window_size', window_size, low=0, integer=True,
+                     hint='0 for global attention, e.g. 14 for ViTDet-style windows')
+        check_number('frozen_stages', frozen_stages, low=-1, high=depth, integer=True,
+                     hint=f'-1 trains everything, {depth} freezes every block')
         for name, value, allowed in (('out_type', out_type, OUT_TYPES),
                                      ('rope_mode', rope_mode, ROPE_MODES),
                                      ('drop_path_schedule', drop_path_schedule,
                                       DROP_PATH_SCHEDULES), ('cp_impl', cp_impl, CP_IMPLS)):
             if value not in allowed:
                 raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
-        if not -1 <= frozen_stages <= depth:
-            raise ValueError(f'frozen_stages must be in [-1, {depth}], got {frozen_stages}')
 
     @staticmethod
     def _normalize_indices(indices, depth: int, name: str = 'out_indices') -> List[int]:
@@ -249,6 +292,7 @@ class ViT5(BaseModule):
             raise ValueError(f'{name} is empty; give at least one block index')
         normalized = []
         for index in indices:
+            check_number(f'{name} entry', index, integer=True, hint='give block indices')
             if not -depth <= index < depth:
                 raise ValueError(f'{name} entry {index} is out of range for {depth} '
                                  f'blocks; use 0..{depth - 1} or -{depth}..-1')
@@ -258,8 +302,6 @@ class ViT5(BaseModule):
     @classmethod
     def _global_blocks(cls, window_size: int, indices: Optional[Sequence[int]],
                        depth: int) -> List[int]:
-        if window_size < 0:
-            raise ValueError(f'window_size must be 0 (global) or positive, got {window_size}')
         if not window_size:
             return list(range(depth))
         if indices is None:
@@ -347,7 +389,7 @@ class ViT5(BaseModule):
         values = dict(num_registers=self.num_registers,
                       layer_scale_init_value=self.layer_scale_init_value,
                       qk_norm=self.qk_norm, use_abs_pos=self.use_abs_pos,
-                      use_rope=self.use_rope, norm=self.norm_type, qkv_bias=self.qkv_bias)
+                      use_rope=self.use_rope, norm=self.norm_kind, qkv_bias=self.qkv_bias)
         return {k: v for k, v in values.items() if v != RELEASED_SWITCHES[k]}
 
     def adapt_state_dict(self, state: Dict[str, torch.Tensor],
@@ -480,3 +522,30 @@ class ViT5(BaseModule):
         self._freeze_stages()
         return self
 
+
+    # ----------------------------------------------------------------- optimisation
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> Tuple[int, int]:
+        """The layer-wise depth of a parameter, for layer-wise learning-rate decay.
+
+        mmpretrain's convention (its ``VisionTransformer.get_layer_depth``): depth 0 is the
+        stem (``patch_embed``, ``cls_token``, ``reg_token``, ``pos_embed``), block ``i`` is
+        depth ``i + 1``, and everything else (the final norm, and every parameter outside
+        ``prefix``: neck, heads) is the last depth, ``num_layers - 1``.
+
+        Args:
+            param_name (str): A parameter name of the whole model, e.g.
+                ``'backbone.blocks.3.attn.qkv.weight'``.
+            prefix (str): Where this backbone sits in the model, e.g. ``'backbone.'``.
+
+        Returns:
+            tuple[int, int]: ``(layer_depth, num_layers)`` with ``num_layers = depth + 2``.
+        """
+        num_layers = self.depth + 2
+        if not param_name.startswith(prefix):
+            return num_layers - 1, num_layers
+        name = param_name[len(prefix):]
+        if name.startswith(('patch_embed.', 'cls_token', 'reg_token', 'pos_embed')):
+            return 0, num_layers
+        if name.startswith('blocks.'):
+            return int(name.split('.')[1]) + 1, num_layers
+        return num_layers - 1, num_layers
