@@ -43,8 +43,16 @@ def test_backbone_to_neck_shapes_non_square():
 
 @pytest.mark.parametrize('kwargs, message', [
     (dict(in_channels=8, scale_factors=(3.0, )), 'scale_factors may contain'),
-    (dict(in_channels=8, num_outs=2), 'num_outs 2 is smaller'),
+    (dict(in_channels=8, scale_factors=()), r'scale_factors may contain .*\(at least one\)'),
+    (dict(in_channels=8, num_outs=2), 'num_outs must be an integer >= 4, got 2; one level per'),
+    (dict(in_channels=8, num_outs=4.0), 'num_outs must be an integer >= 4, got 4.0'),
     (dict(in_channels=[8, 8]), 'one entry per scale factor'),
+    (dict(in_channels=0), "in_channels must be an integer >= 4, got 0; the backbone's embed_dim"),
+    (dict(in_channels=8, scale_factors=(1.0, ), num_outs=1, out_channels=0),
+     'out_channels must be an integer >= 1, got 0'),
+    (dict(in_channels=[8, 1, 8, 8]), 'in_channels must be an integer >= 2, got 1; .*scale '
+     'factor 2 divides it by 2'),
+    (dict(in_channels=[8, 8, 0.5, 8]), 'in_channels must be an integer >= 1, got 0.5'),
 ])
 def test_config_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -1,4 +1,5 @@
 """ViTDet's simple feature pyramid: strides 4..32 (and 64) from a plain ViT's stride-16 map."""
+import numbers
 from typing import List, Sequence, Tuple, Union
 
 import torch
@@ -8,6 +9,7 @@ from mmcv.cnn import ConvModule, build_norm_layer
 from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 
+from ...utils.checks import check_number
 from ..layers import norm  # noqa: F401  registers LN2d for norm_cfg
 
 
@@ -47,13 +49,15 @@ class SimpleFeaturePyramid(BaseModule):
         super().__init__(init_cfg=init_cfg)
         self.scale_factors = tuple(float(s) for s in scale_factors)
         unsupported = set(self.scale_factors) - {4.0, 2.0, 1.0, 0.5}
-        if unsupported:
-            raise ValueError(f'scale_factors may contain 4, 2, 1 and 0.5, got '
-                             f'{sorted(unsupported)}')
-        if num_outs < len(self.scale_factors):
-            raise ValueError(f'num_outs {num_outs} is smaller than the {len(self.scale_factors)} '
-                             'scale factors; raise num_outs or drop scale factors')
-        if isinstance(in_channels, int):
+        if unsupported or not self.scale_factors:
+            raise ValueError(f'scale_factors may contain 4, 2, 1 and 0.5 (at least one), got '
+                             f'{list(scale_factors)}')
+        check_number('out_channels', out_channels, low=1, integer=True,
+                     hint='256 as mmdet\'s FPN necks')
+        check_number('num_outs', num_outs, low=len(self.scale_factors), integer=True,
+                     hint=f'one level per scale factor {self.scale_factors}, more adds '
+                     'stride-2 subsamplings of the last')
+        if isinstance(in_channels, numbers.Integral):
             self.multi_input = False
             in_channels = [in_channels] * len(self.scale_factors)
         else:
@@ -61,6 +65,11 @@ class SimpleFeaturePyramid(BaseModule):
             if len(in_channels) != len(self.scale_factors):
                 raise ValueError(f'in_channels {list(in_channels)} must give one entry per scale '
                                  f'factor {self.scale_factors}, or be a single int')
+        for scale, channels in zip(self.scale_factors, in_channels):
+            # each 2x deconvolution halves the channels
+            check_number('in_channels', channels, low=int(max(scale, 1)), integer=True,
+                         hint=f"the backbone's embed_dim (scale factor {scale:g} divides it by "
+                         f'{int(max(scale, 1))})')
         self.in_channels = list(in_channels)
         self.num_outs = num_outs
         self.stages = nn.ModuleList()
