@@ -1,27 +1,141 @@
-"""What the pinned OpenMMLab stack (mmengine 0.10.7, mmcv 2.1.0) needs on a modern torch, on
-CPUs, to survive being killed and to pool ViT maps. Each function patches one thing and is
-applied on ``import mmvit5``.
+"""Patches for bugs of the pinned OpenMMLab stack (mmengine 0.10.7, mmcv 2.1.0, mmpretrain
+1.2.0) on a modern torch, on CPUs: one function per upstream bug, each declared with the
+upstream versions that have it and applied on ``import mmvit5`` only where those are installed.
 
-torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine's ``torch.load`` calls
-pass nothing else, so resuming fails on the checkpoints mmengine itself wrote. Rather than
-turning ``weights_only`` off, this allow-lists exactly the non-tensor types those checkpoints
-(and the released ViT-5 files) hold:
-
-- ``argparse.Namespace``: the ``args`` entry of DeiT-style release files;
-- numpy's RNG state (a uint32 array), which :class:`~mmvit5.engine.RNGStateHook` saves;
-- mmengine's ``HistoryBuffer`` with its numpy arrays and scalars (the ``message_hub`` entry);
-- the statistics methods in a ``HistoryBuffer``'s method table (``HistoryBuffer.min``,
-  ``.mean``, ...), which pickle as ``getattr(HistoryBuffer, name)``. ``getattr`` itself is
-  *not* allowed: a restricted stand-in resolves only those names on that class.
+Each patch is registered with :func:`upstream_patch`: the package versions it applies to (PEP
+440 ranges, all of which the installed versions must meet) and the upstream issue or the
+reason. :func:`apply_patches` applies what fits, and logs once each patch that it skips
+because an installed version is outside its range (the bug may be fixed there, or the patched
+internals changed: check, then widen the range). ``MMVIT5_DISABLE_PATCHES=name1,name2`` (or
+``all``), set before ``import mmvit5``, turns patches off. ``docs/en/advanced/upstream_patches.md``
+lists them (:func:`markdown_table`).
 """
 import argparse
+import importlib.metadata
 import importlib.util
+import logging
+import os
 import pickle
 import sys
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 import torch
-from mmengine.logging import HistoryBuffer
+from mmengine.logging import HistoryBuffer, print_log
+from packaging.requirements import Requirement
+
+DISABLE_ENV = 'MMVIT5_DISABLE_PATCHES'
+# import name -> the distributions that may provide it (mmcv ships as mmcv or mmcv-lite)
+DISTRIBUTIONS = {'mmcv': ('mmcv', 'mmcv-lite', 'mmcv-full')}
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One upstream bug and the function that works around it.
+
+    Args:
+        name (str): The function's name; what ``MMVIT5_DISABLE_PATCHES`` lists.
+        applies_to (tuple[str]): Requirements such as ``'mmengine>=0.10.0,<=0.10.7'`` that
+            the installed packages must all meet (import names; prereleases count).
+        reason (str): The upstream issue, or why the patch exists.
+        apply (Callable[[], None]): Applies the patch; idempotent.
+    """
+    name: str
+    applies_to: Tuple[str, ...]
+    reason: str
+    apply: Callable[[], None]
+
+    def why_not(self) -> Optional[str]:
+        """None when every installed package is in range, else why the patch does not apply."""
+        for requirement in map(Requirement, self.applies_to):
+            version = installed_version(requirement.name)
+            if version is None:
+                return f'{requirement.name} is not installed'
+            if not requirement.specifier.contains(version, prereleases=True):
+                return f'installed {requirement.name} {version} is outside {requirement}'
+        return None
+
+
+PATCHES: Dict[str, Patch] = {}
+_LOGGED = set()
+
+
+def upstream_patch(*applies_to: str, reason: str) -> Callable:
+    """Register the decorated function as the patch of one upstream bug (see :class:`Patch`)."""
+
+    def register(function: Callable[[], None]) -> Callable[[], None]:
+        PATCHES[function.__name__] = Patch(function.__name__, applies_to, reason, function)
+        return function
+
+    return register
+
+
+def installed_version(name: str) -> Optional[str]:
+    """The installed version of the package imported as ``name``, or None."""
+    for distribution in DISTRIBUTIONS.get(name, (name, )):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if importlib.util.find_spec(name) is None:
+        return None
+    # installed without metadata (e.g. a source checkout on PYTHONPATH)
+    return getattr(__import__(name), '__version__', None)
+
+
+def disabled_patches() -> set:
+    """The patch names that ``MMVIT5_DISABLE_PATCHES`` turns off (all of them for ``all``)."""
+    names = {n.strip() for n in os.environ.get(DISABLE_ENV, '').split(',') if n.strip()}
+    if 'all' in names:
+        return set(PATCHES)
+    unknown = names - set(PATCHES)
+    if unknown:
+        _log_once(f'{DISABLE_ENV} names unknown patches {sorted(unknown)}; the patches are '
+                  f'{sorted(PATCHES)} (or all)', logging.WARNING)
+    return names & set(PATCHES)
+
+
+def apply_patches(names: Optional[Iterable[str]] = None) -> Dict[str, str]:
+    """Apply the registered patches (``names``, by default all) that fit the installed versions.
+
+    Returns:
+        dict: Patch name -> ``'applied'``, or why it was not (disabled, version out of range,
+        package not installed).
+    """
+    disabled = disabled_patches()
+    status = {}
+    for name in (PATCHES if names is None else names):
+        patch = PATCHES[name]
+        why_not = f'disabled by {DISABLE_ENV}' if name in disabled else patch.why_not()
+        if why_not is None:
+            patch.apply()
+            status[name] = 'applied'
+            continue
+        status[name] = f'not applied: {why_not}'
+        if 'outside' in why_not:  # a newer upstream: worth a look, once
+            _log_once(f'mmvit5: upstream patch {name} not applied: {why_not} ({patch.reason}). '
+                      'If the bug is still there, widen the range in mmvit5/compat.py',
+                      logging.WARNING)
+        elif name in disabled:
+            _log_once(f'mmvit5: upstream patch {name} {status[name]}', logging.INFO)
+    return status
+
+
+def markdown_table() -> str:
+    """The registered patches as the Markdown table of the docs."""
+    rows = ['| Patch | Applies to | Upstream issue or reason |', '| --- | --- | --- |']
+    for patch in PATCHES.values():
+        rows.append(f'| `{patch.name}` | {", ".join(f"`{r}`" for r in patch.applies_to)} | '
+                    f'{patch.reason} |')
+    return '\n'.join(rows)
+
+
+def _log_once(message: str, level: int) -> None:
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        print_log(message, logger='current', level=level)
+
 
 # HistoryBuffer registers these on first use (``_set_default_statistics``)
 STATISTICS_METHODS = ('min', 'max', 'current', 'mean')
@@ -46,8 +160,26 @@ def _numpy_globals() -> list:
             *dtypes]
 
 
+@upstream_patch('torch>=2.6',
+                reason='torch >= 2.6 loads with weights_only=True, and mmengine passes nothing '
+                'else (https://github.com/open-mmlab/mmengine/issues/1655); mmvit5 reads '
+                'checkpoints the same way')
 def allow_mmengine_checkpoints() -> None:
-    """Allow-list mmengine's checkpoint contents for ``torch.load(weights_only=True)``."""
+    """Allow-list mmengine's checkpoint contents for ``torch.load(weights_only=True)``.
+
+    torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine's ``torch.load``
+    calls pass nothing else, so resuming fails on the checkpoints mmengine itself wrote.
+    Rather than turning ``weights_only`` off, this allow-lists exactly the non-tensor types
+    those checkpoints (and the released ViT-5 files) hold:
+
+    - ``argparse.Namespace``: the ``args`` entry of DeiT-style release files;
+    - numpy's RNG state (a uint32 array), which :class:`~mmvit5.engine.RNGStateHook` saves;
+    - mmengine's ``HistoryBuffer`` with its numpy arrays and scalars (the ``message_hub``
+      entry);
+    - the statistics methods in a ``HistoryBuffer``'s method table (``HistoryBuffer.min``,
+      ``.mean``, ...), which pickle as ``getattr(HistoryBuffer, name)``. ``getattr`` itself
+      is *not* allowed: a restricted stand-in resolves only those names on that class.
+    """
     torch.serialization.add_safe_globals([
         argparse.Namespace,
         HistoryBuffer,
@@ -56,6 +188,9 @@ def allow_mmengine_checkpoints() -> None:
     ])
 
 
+@upstream_patch('mmengine>=0.10.0,<=0.10.7',
+                reason="mmengine's pytorch launcher calls torch.cuda.set_device and gives DDP "
+                'device_ids whether or not CUDA exists, so CPU-only (gloo) runs fail')
 def allow_cpu_distributed() -> None:
     """Let mmengine's ``pytorch`` launcher run on machines without CUDA (gloo backend).
 
@@ -106,6 +241,10 @@ class _DeferredRemovals:
         return getattr(self.backend, name)
 
 
+@upstream_patch('mmengine>=0.10.0,<=0.10.7',
+                reason="mmengine's CheckpointHook deletes the oldest checkpoint before writing "
+                'the next, and writes files in place: a kill mid-save leaves no resumable '
+                'checkpoint')
 def crash_safe_checkpoints() -> None:
     """Make a kill at any moment of mmengine's checkpointing leave a resumable work dir.
 
@@ -141,6 +280,8 @@ def crash_safe_checkpoints() -> None:
     hook._save_checkpoint_with_step = save_then_prune
 
 
+@upstream_patch('mmcv>=2.0.0,<=2.2.0',
+                reason='https://github.com/open-mmlab/mmcv/issues/2203')
 def contiguous_roi_align() -> None:
     """Make mmcv's ``RoIAlign`` pool channels-last maps correctly.
 
@@ -171,6 +312,9 @@ _MULTIMODAL_NAMES = ('PreTrainedModel', 'apply_chunking_to_forward',
                      'find_pruneable_heads_and_indices', 'prune_linear_layer')
 
 
+@upstream_patch('mmpretrain>=1.0.0,<=1.2.0',
+                reason="mmpretrain's multimodal models import names that newer transformers "
+                'no longer has; every mmdet model build then fails')
 def skip_unimportable_multimodal() -> None:
     """Keep a newer transformers from breaking every mmdet model build.
 

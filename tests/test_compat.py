@@ -1,16 +1,24 @@
-"""mmengine 0.10.7 resume on torch >= 2.6 (weights_only=True), without opening the door."""
+"""The upstream patches of mmvit5.compat: each fails without it, is declared with its versions
+and can be turned off; mmengine 0.10.7 resume on torch >= 2.6 without opening the door."""
 import argparse
 import copy
+import os
 import pickle
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.nn as nn
 from mmengine.model import BaseModel
 from mmengine.runner import Runner
+from packaging.requirements import Requirement
 from torch.utils.data import Dataset
 
 import mmvit5  # noqa: F401  applies the allow-list
+from compat_probes import SKIP
+from mmvit5 import compat
 from mmvit5.models import ViT5
 
 
@@ -143,3 +151,82 @@ def test_mmcv_roi_align_reads_channels_last_maps():
         grad, = torch.autograd.grad(out.square().sum(), x)
         grad_ref, = torch.autograd.grad(expected.square().sum(), x_ref)
         torch.testing.assert_close(grad, grad_ref)
+
+
+PROBES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'compat_probes.py')
+
+
+def probe(name, work_dir, disable=''):
+    work_dir.mkdir()
+    env = dict(os.environ, MMVIT5_DISABLE_PATCHES=disable, OMP_NUM_THREADS='1',
+               PYTHONPATH=os.path.dirname(os.path.dirname(PROBES)))
+    return subprocess.Popen([sys.executable, PROBES, name, str(work_dir)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+# patch -> what the upstream code raises without it (tests/compat_probes.py runs the behaviour)
+UPSTREAM_ERRORS = {
+    'allow_mmengine_checkpoints': 'Unsupported global: GLOBAL mmengine.logging.history_buffer',
+    'allow_cpu_distributed': r'(NVIDIA driver|not compiled with CUDA|CUDA)',
+    'crash_safe_checkpoints': r"FileNotFoundError: .*iter_1\.pth",
+    'contiguous_roi_align': 'Tensor-likes are not close',
+    'skip_unimportable_multimodal': 'NoneType takes no arguments',
+}
+
+
+@pytest.mark.slow  # two fresh processes each
+@pytest.mark.parametrize('name', sorted(UPSTREAM_ERRORS))
+def test_patch_fixes_what_fails_without_it(name, tmp_path):
+    """The behaviour fails with the patch off (MMVIT5_DISABLE_PATCHES) and works with it on;
+    both in fresh processes, side by side."""
+    off = probe(name, tmp_path / 'off', disable=name)
+    on = probe(name, tmp_path / 'on')
+    (off_out, _), (on_out, _) = off.communicate(timeout=300), on.communicate(timeout=300)
+    if on.returncode == SKIP:
+        pytest.skip(on_out.strip().splitlines()[-1])
+    assert on.returncode == 0, on_out[-3000:]
+    assert off.returncode not in (0, SKIP), off_out[-3000:]
+    assert re.search(UPSTREAM_ERRORS[name], off_out), off_out[-3000:]
+
+
+def test_every_patch_is_declared_and_probed():
+    assert set(compat.PATCHES) == set(UPSTREAM_ERRORS)
+    for patch in compat.PATCHES.values():
+        assert patch.applies_to and patch.reason, patch.name
+        for requirement in patch.applies_to:
+            Requirement(requirement)  # parses
+
+
+def test_versions_outside_the_range_skip_the_patch(monkeypatch):
+    applied = []
+    monkeypatch.setitem(compat.PATCHES, 'probe_patch', compat.Patch(
+        'probe_patch', ('torch<1.0',), 'a bug fixed in torch 1.0', lambda: applied.append(1)))
+    status = compat.apply_patches(['probe_patch'])
+    assert not applied
+    assert status['probe_patch'].startswith('not applied: installed torch ')
+    assert 'outside torch<1.0' in status['probe_patch']
+    monkeypatch.setitem(compat.PATCHES, 'probe_patch', compat.Patch(
+        'probe_patch', ('torch>=1.0', 'not-a-package>=1'), 'why', lambda: applied.append(1)))
+    assert compat.apply_patches(['probe_patch']) == {
+        'probe_patch': 'not applied: not-a-package is not installed'}
+    monkeypatch.setitem(compat.PATCHES, 'probe_patch', compat.Patch(
+        'probe_patch', ('torch>=1.0', ), 'why', lambda: applied.append(1)))
+    assert compat.apply_patches(['probe_patch']) == {'probe_patch': 'applied'} and applied
+
+
+@pytest.mark.parametrize('value, expected', [
+    ('', set()), ('all', None), ('crash_safe_checkpoints, contiguous_roi_align',
+                                 {'crash_safe_checkpoints', 'contiguous_roi_align'}),
+])
+def test_disable_switch(monkeypatch, value, expected):
+    monkeypatch.setenv(compat.DISABLE_ENV, value)
+    assert compat.disabled_patches() == (set(compat.PATCHES) if expected is None else expected)
+
+
+def test_docs_list_every_patch():
+    """docs/en/advanced/upstream_patches.md holds markdown_table() as generated."""
+    page = os.path.join(os.path.dirname(os.path.dirname(PROBES)), 'docs', 'en', 'advanced',
+                        'upstream_patches.md')
+    with open(page) as f:
+        text = f.read()
+    assert compat.markdown_table() in text, 'regenerate the table: see the page'

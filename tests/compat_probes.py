@@ -1,0 +1,152 @@
+"""The behaviour each patch of mmvit5.compat fixes, one probe per patch, run in a process of
+its own (tests/test_compat.py runs it with the patch off and on):
+
+    MMVIT5_DISABLE_PATCHES=NAME python tests/compat_probes.py NAME WORK_DIR
+
+Exits 0 when the behaviour is right, raises the upstream error when it is not, and exits 77
+(printing why) where this machine cannot show the bug.
+"""
+import argparse
+import builtins
+import os
+import socket
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+import mmvit5  # noqa: F401  applies the patches MMVIT5_DISABLE_PATCHES leaves on
+
+SKIP = 77
+
+
+def skip(reason: str) -> None:
+    print(f'SKIP: {reason}')
+    sys.exit(SKIP)
+
+
+def allow_mmengine_checkpoints(work_dir: str) -> None:
+    """What mmengine saves beside the weights loads under torch's weights_only=True."""
+    from mmengine.logging import HistoryBuffer
+    buffer = HistoryBuffer()
+    buffer.update(0.5)
+    buffer.mean()  # registers the statistics method that pickles as getattr
+    path = os.path.join(work_dir, 'iter_1.pth')
+    torch.save(dict(message_hub=dict(loss=buffer), rng=np.random.get_state(),
+                    args=argparse.Namespace(model='vit5_base')), path)
+    torch.load(path, weights_only=True)
+
+
+def allow_cpu_distributed(work_dir: str) -> None:
+    """mmengine's pytorch launcher and its DDP wrapper on a machine without CUDA (gloo)."""
+    if torch.cuda.is_available():
+        skip('CUDA is available: the patch leaves GPU runs to mmengine')
+    from mmengine.dist import init_dist
+    from mmengine.model.wrappers import MMDistributedDataParallel
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
+                      MASTER_PORT=str(port))
+    init_dist('pytorch', backend='gloo')
+    MMDistributedDataParallel(nn.Linear(2, 2), device_ids=[0])
+    torch.distributed.destroy_process_group()
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: no ``except Exception`` handler sees it."""
+
+
+def crash_safe_checkpoints(work_dir: str) -> None:
+    """A save interrupted halfway (max_keep_ckpts=1) leaves last_checkpoint naming a whole file."""
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+
+    class Regressor(BaseModel):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, inputs, mode='loss'):
+            return dict(loss=self.fc(torch.stack(inputs)).square().mean())
+
+    runner = Runner(
+        model=Regressor(), work_dir=work_dir,
+        train_dataloader=dict(dataset=[dict(inputs=torch.randn(4)) for _ in range(4)],
+                              batch_size=2, num_workers=0,
+                              sampler=dict(type='DefaultSampler', shuffle=False)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_cfg=dict(by_epoch=False, max_iters=2),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1,
+                                           max_keep_ckpts=1)))
+    real_open = builtins.open
+
+    class HalfThenKill:
+        def __init__(self, file):
+            self.file = file
+
+        def write(self, data):
+            self.file.write(data[:len(data) // 2])
+            raise Killed
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.file.close()
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+    def faulty_open(file, mode='r', *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        # the second checkpoint, written in place or as a temporary beside it
+        if 'w' in mode and 'iter_2.pth' in os.path.basename(os.fspath(file)):
+            return HalfThenKill(handle)
+        return handle
+
+    builtins.open = faulty_open
+    try:
+        runner.train()
+    except Killed:
+        pass
+    finally:
+        builtins.open = real_open
+    with open(os.path.join(work_dir, 'last_checkpoint')) as f:
+        pointed = f.read().strip()
+    assert set(torch.load(pointed, weights_only=True)) >= {'state_dict', 'meta'}
+
+
+def contiguous_roi_align(work_dir: str) -> None:
+    """mmcv's RoIAlign pools a channels-last map as torchvision's stride-aware roi_align."""
+    import mmcv._ext
+    from mmcv.ops import RoIAlign
+    from torchvision.ops import roi_align
+    if 'no compiled mmcv ops' in getattr(mmcv._ext, 'BACKEND', ''):
+        skip('mmcv ops are served by torchvision here, which reads any layout; the bug is '
+             "in mmcv's compiled kernel (MMCV_OPS=compiled bash tools/install.sh)")
+    torch.manual_seed(0)
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    x = torch.randn(2, 8, 16, 16, device=device).contiguous(memory_format=torch.channels_last)
+    rois = torch.tensor([[0, 1., 1., 10., 12.], [1, 3., 2., 15., 9.]], device=device)
+    torch.testing.assert_close(RoIAlign(7, 0.5, sampling_ratio=0, aligned=True)(x, rois),
+                               roi_align(x, rois, 7, 0.5, sampling_ratio=0, aligned=True))
+
+
+def skip_unimportable_multimodal(work_dir: str) -> None:
+    """mmdet's models import although transformers lacks what mmpretrain's BLIP/CLIP import."""
+    import importlib.util
+    if importlib.util.find_spec('transformers') is None:
+        skip('transformers is not installed: mmpretrain defines no multimodal models')
+    from mmvit5.compat import _MULTIMODAL_NAMES
+    from transformers import modeling_utils
+    if all(hasattr(modeling_utils, name) for name in _MULTIMODAL_NAMES):
+        skip('the installed transformers still has what mmpretrain 1.2.0 imports')
+    import mmdet.models  # noqa: F401
+
+
+if __name__ == '__main__':
+    name, work_dir = sys.argv[1:]
+    globals()[name](work_dir)
+    print(f'OK: {name}')
