@@ -139,8 +139,9 @@ def skip_unimportable_multimodal(work_dir: str) -> None:
     import importlib.util
     if importlib.util.find_spec('transformers') is None:
         skip('transformers is not installed: mmpretrain defines no multimodal models')
-    from mmvit5.compat import _MULTIMODAL_NAMES
     from transformers import modeling_utils
+
+    from mmvit5.compat import _MULTIMODAL_NAMES
     if all(hasattr(modeling_utils, name) for name in _MULTIMODAL_NAMES):
         skip('the installed transformers still has what mmpretrain 1.2.0 imports')
     import mmdet.models  # noqa: F401

@@ -5,9 +5,9 @@ kernel, a silent fallback or a dtype slip fails. Without CUDA the module is skip
 """
 import pytest
 import torch
+from mmcv.ops import batched_nms, nms, roi_align
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mmcv.ops import batched_nms, nms, roi_align
 from mmvit5.models import ViT5
 
 pytestmark = [pytest.mark.cuda,

@@ -4,11 +4,20 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from conftest import config, run_tool, tool
 from mmengine.config import Config
 
-from mmvit5.deploy import (MatmulAdaptiveAvgPool2d, build_part, check_sides, coarsest_stride,
-                           complex_values, errors_at, example_input, export_onnx, ort_session)
+from conftest import config, run_tool, tool
+from mmvit5.deploy import (
+    MatmulAdaptiveAvgPool2d,
+    build_part,
+    check_sides,
+    coarsest_stride,
+    complex_values,
+    errors_at,
+    example_input,
+    export_onnx,
+    ort_session,
+)
 from mmvit5.deploy.onnx import run_session
 
 pytest.importorskip('onnxruntime')

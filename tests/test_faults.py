@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import mmvit5  # noqa: F401  allow-lists what mmengine checkpoints hold
-
 from conftest import REPO, config, run_tool, tool
 
 UPERNET = 'toy/vit5-tiny_upernet_shapes.py'

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from mmvit5.models.layers.rope import (RotaryEmbedding2D, apply_rope, rotations,
-                                       sequence_angles)
+from mmvit5.models.layers.rope import RotaryEmbedding2D, apply_rope, rotations, sequence_angles
 
 HEAD_DIM, GRID, REGS = 16, (3, 5), 4
 

@@ -23,7 +23,8 @@ train_pipeline = [dict(type='LoadImageFromFile'),
                   dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
                   dict(type='Resize', scale=(256, 160), keep_ratio=True),
                   dict(type='RandomFlip', prob=0.5), dict(type='PackDetInputs')]
-test_pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=(256, 160), keep_ratio=True),
+test_pipeline = [dict(type='LoadImageFromFile'),
+                 dict(type='Resize', scale=(256, 160), keep_ratio=True),
                  dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
                  dict(type='PackDetInputs', meta_keys=('img_id', 'img_path', 'ori_shape',
                                                        'img_shape', 'scale_factor'))]

@@ -17,11 +17,17 @@ import os.path as osp
 import sys
 import time
 
-from make_toy_data import make_dataset
 from mmengine.config import Config
 
-from mmvit5.ablation import (BASELINE, ablation_configs, markdown_table, run_study,
-                             summarize, switch_override)
+from make_toy_data import make_dataset
+from mmvit5.ablation import (
+    BASELINE,
+    ablation_configs,
+    markdown_table,
+    run_study,
+    summarize,
+    switch_override,
+)
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TASKS = {  # recipe, toy config, the metric the table reports

@@ -134,9 +134,10 @@ def main() -> int:
         for line in found:
             print(f'[check_env] {line}')
         if not found and not (args.torch_only or args.mmcv_only):
-            import _mmvit5_hook
             import mmcv
             import torch
+
+            import _mmvit5_hook
             print(f'[check_env] ok: torch {torch.__version__}, mmcv {mmcv.__version__} with '
                   f'{_mmvit5_hook.mmcv_ops_backend()} ops, mmdet/mmseg/mmpretrain import, '
                   f'mmvit5 from {args.repo}')

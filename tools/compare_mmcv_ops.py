@@ -45,7 +45,8 @@ def train_trace(config: str, iters: int, work_dir: str):
 
 def main() -> int:
     args = parse_args()
-    import mmvit5  # noqa: F401
+    # mmvit5 first: its import hook decides what mmcv._ext is
+    import mmvit5  # noqa: F401,I001
     import mmcv._ext as compiled
     from mmvit5.ops import mmcv_ops_backend
     from mmvit5.ops.parity import served_backend, use_backend

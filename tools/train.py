@@ -9,8 +9,7 @@ import argparse
 import os.path as osp
 
 from mmvit5.results import record_run
-from mmvit5.utils import (add_runner_args, build_runner, config_from_args, enable_amp,
-                          enable_resume)
+from mmvit5.utils import add_runner_args, build_runner, config_from_args, enable_amp, enable_resume
 
 
 def parse_args():

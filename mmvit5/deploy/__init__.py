@@ -1,8 +1,16 @@
 """Deployment: ONNX export of ViT-5 backbones (+ neck) and UperNet segmentors, checked in
 ONNX Runtime (``tools/export_onnx.py``)."""
 from .onnx import check_sides, complex_values, errors_at, export_onnx, max_abs_error, ort_session
-from .wrappers import (PARTS, BackboneWithNeck, MatmulAdaptiveAvgPool2d, SegmentorLogits,
-                       build_part, coarsest_stride, example_input, exportable)
+from .wrappers import (
+    PARTS,
+    BackboneWithNeck,
+    MatmulAdaptiveAvgPool2d,
+    SegmentorLogits,
+    build_part,
+    coarsest_stride,
+    example_input,
+    exportable,
+)
 
 __all__ = [
     'PARTS', 'BackboneWithNeck', 'MatmulAdaptiveAvgPool2d', 'SegmentorLogits', 'build_part',

@@ -22,8 +22,7 @@ from ...utils.checks import check_number
 from ..layers.block import Block, PatchEmbed
 from ..layers.norm import token_norm
 from ..layers.pos_embed import resize_pos_embed
-from ..layers.rope import (ROPE_MODES, RotaryEmbedding2D, register_grid, rotations,
-                           sequence_angles)
+from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, register_grid, rotations, sequence_angles
 from .vit5_weights import RELEASED_SWITCHES, adapt_state_dict
 
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')

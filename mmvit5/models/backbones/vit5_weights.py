@@ -6,8 +6,13 @@ from typing import Dict, List, Tuple
 import torch
 from mmengine.logging import print_log
 
-from ...checkpoint import (check_vit5_state, describe_state, fit_state_dict, fold_layer_scale,
-                           square_grid)
+from ...checkpoint import (
+    check_vit5_state,
+    describe_state,
+    fit_state_dict,
+    fold_layer_scale,
+    square_grid,
+)
 from ..layers.pos_embed import resize_pos_embed
 
 # the ablation switches as the released model sets them

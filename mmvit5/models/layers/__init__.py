@@ -3,8 +3,14 @@ from .block import Block, Mlp, PatchEmbed
 from .layer_scale import scaled_linear
 from .norm import TOKEN_NORMS, LayerNorm2d, RMSNorm, token_norm
 from .pos_embed import resize_pos_embed
-from .rope import (RotaryEmbedding2D, apply_rope, axis_positions, register_grid, rotations,
-                   sequence_angles)
+from .rope import (
+    RotaryEmbedding2D,
+    apply_rope,
+    axis_positions,
+    register_grid,
+    rotations,
+    sequence_angles,
+)
 
 __all__ = ['Attention', 'Block', 'Mlp', 'PatchEmbed', 'LayerNorm2d', 'RMSNorm',
            'RotaryEmbedding2D', 'TOKEN_NORMS', 'apply_rope', 'axis_positions', 'register_grid',
