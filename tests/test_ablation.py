@@ -54,6 +54,7 @@ def test_summary_is_mean_and_spread_against_the_baseline():
         '-11.5 ± 2.1 (0/2) |' in table
 
 
+@pytest.mark.slow  # trains
 def test_study_tool_trains_a_variant_and_writes_the_table(tmp_path):
     out = tmp_path / 'study'
     log = run_tool(tool('ablation_study.py') + [

@@ -5,6 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs the benchmark tool
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

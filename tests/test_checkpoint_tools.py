@@ -6,6 +6,8 @@ from mmengine.config import Config
 import reference_vit5 as ref
 from conftest import REPO, config, run_tool, tool
 
+pytestmark = pytest.mark.slow  # a ViT5-B file and the conversion tool
+
 
 @pytest.fixture(scope='module')
 def released_base(tmp_path_factory):

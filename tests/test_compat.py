@@ -59,6 +59,7 @@ def runner(work_dir, max_iters, resume=False):
         randomness=dict(seed=0, deterministic=True), cfg=dict(experiment_name=str(work_dir)))
 
 
+@pytest.mark.slow  # trains three runs
 def test_resume_equals_uninterrupted_run(tmp_path):
     """Drop path is on: equality also needs the RNG states that RNGStateHook keeps."""
     full = runner(tmp_path / 'full', 6)

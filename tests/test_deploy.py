@@ -65,6 +65,7 @@ def test_segmentor_logits_are_mmseg_whole_inference():
         torch.testing.assert_close(model(image[None].float()), expected)
 
 
+@pytest.mark.slow  # exports to ONNX
 def test_maskrcnn_backbone_and_neck_dynamic_onnx_equals_pytorch(tmp_path):
     cfg = Config.fromfile(config('toy/vit5-tiny_maskrcnn_shapes.py'))
     cfg.merge_from_dict(ONE_BLOCK)
@@ -82,6 +83,7 @@ def test_maskrcnn_backbone_and_neck_dynamic_onnx_equals_pytorch(tmp_path):
     assert [o.shape[2:] for o in outputs] == [(64, 32), (32, 16), (16, 8), (8, 4), (4, 2)]
 
 
+@pytest.mark.slow  # exports to ONNX
 def test_export_tool_upernet_image_to_logits_dynamic(tmp_path):
     out = tmp_path / 'upernet.onnx'
     output = run_tool([*tool('export_onnx.py'), config('toy/vit5-tiny_upernet_shapes.py'),
@@ -102,6 +104,7 @@ def test_export_tool_upernet_image_to_logits_dynamic(tmp_path):
     assert logits.shape == (1, 150, 128, 64) and np.std(logits) > 1e-3
 
 
+@pytest.mark.slow  # exports to ONNX
 def test_torchscript_onnx_exporter_of_mmdeploy_takes_the_backbone(tmp_path):
     """mmdeploy drives torch.onnx's TorchScript exporter, which has no complex type and no
     fused RMSNorm: ViT5 takes its real-arithmetic RoPE and composite RMSNorm there."""

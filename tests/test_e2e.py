@@ -8,6 +8,8 @@ import pytest
 
 from conftest import REPO, config, run_tool, tool
 
+pytestmark = pytest.mark.slow  # trains, tests and runs the tools in subprocesses
+
 MASKRCNN = 'toy/vit5-tiny_maskrcnn_shapes.py'
 UPERNET = 'toy/vit5-tiny_upernet_shapes.py'
 SHORT = ['train_cfg.max_iters=4', 'train_cfg.val_interval=4',

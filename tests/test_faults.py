@@ -12,6 +12,8 @@ import torch
 import mmvit5  # noqa: F401  allow-lists what mmengine checkpoints hold
 from conftest import REPO, config, run_tool, tool
 
+pytestmark = pytest.mark.slow  # trains in subprocesses and kills them
+
 UPERNET = 'toy/vit5-tiny_upernet_shapes.py'
 # dataloader workers draw the augmentations (seeded per worker by mmengine); the configs'
 # RNGStateHook carries the main process's generators (drop path) across the restart

@@ -3,10 +3,13 @@ import glob
 import json
 import os.path as osp
 
+import pytest
 import torch
 
 import reference_vit5 as ref
 from conftest import REPO, run_tool, tool
+
+pytestmark = pytest.mark.slow  # trains and runs the picture tools
 
 
 def test_visualize_tokens_writes_png(toy_root, tmp_path):

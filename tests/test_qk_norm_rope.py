@@ -61,6 +61,7 @@ def grads(model: nn.Module, images: torch.Tensor, recompute: bool, autocast: boo
                           if p.grad is not None}
 
 
+@pytest.mark.slow  # ViT5-B training steps
 @pytest.mark.parametrize('kwargs', [dict(), dict(window_size=7, global_attn_indices=(1, ))],
                          ids=['global', 'windowed'])
 def test_vit5_b_training_path_equals_the_unfused_model_float32(kwargs):
@@ -144,6 +145,7 @@ def test_training_forward_traces_into_one_graph():
     assert explained.graph_break_count == 0, explained.break_reasons
 
 
+@pytest.mark.slow  # torch.compile on CPU
 def test_compile_blocks_matches_eager_and_refuses_fairscale():
     torch.manual_seed(0)
     arch = dict(embed_dim=64, depth=2, num_heads=2)

@@ -67,6 +67,7 @@ def test_every_recipe_is_covered():
     assert len(SHIPPED) == 11, SHIPPED  # Mask R-CNN and Cascade S/B/L, UperNet S/B/L/B384/L384
 
 
+@pytest.mark.slow  # trains and tests each recipe
 @pytest.mark.parametrize('name', SHIPPED)
 def test_shipped_config_trains_and_tests(data_root, tmp_path, monkeypatch, capsys, name):
     smoke = str(tmp_path / f'smoke_{name}')
@@ -119,6 +120,7 @@ def test_width_mismatch_names_the_fields_to_set(name, options, fields):
         assert field in str(error.value), str(error.value)
 
 
+@pytest.mark.slow  # builds ViT5-L recipes
 @pytest.mark.parametrize('name', ['vit5-l_cascade-maskrcnn_coco.py', 'vit5-l384_upernet_ade20k.py'])
 def test_dry_run_reports_costs_and_schedule(monkeypatch, capsys, name):
     out = run_tool_here('dry_run.py', [config(name), '--shrink'], REPO, monkeypatch, capsys)

@@ -14,6 +14,8 @@ import pytest
 
 from conftest import run_tool
 
+pytestmark = pytest.mark.slow  # trains with the upstream tools in a subprocess
+
 MASK_RCNN = """_base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
 data_root = 'data/toy/coco/'
 metainfo = dict(classes=('rectangle', 'ellipse', 'triangle'))

@@ -14,6 +14,8 @@ from mmengine.registry import DefaultScope, init_default_scope
 
 import mmvit5  # noqa: F401
 
+pytestmark = pytest.mark.slow  # trains upstream configs with ViT5 swapped in
+
 TINY = dict(embed_dim=64, depth=2, num_heads=2)
 
 

@@ -330,6 +330,7 @@ def test_images_of_different_sizes_need_padding():
         build()([torch.randn(3, 64, 64), torch.randn(3, 48, 64)])
 
 
+@pytest.mark.slow  # torch.compile on CPU
 def test_torch_compile_matches_eager(released):
     _, path = released
     model = build(path, window_size=2)  # windowed and global blocks both compile
