@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
+from kill_while_writing import faulty_open
 
 import mmvit5  # noqa: F401  applies the patches MMVIT5_DISABLE_PATCHES leaves on
 
@@ -80,33 +81,13 @@ def crash_safe_checkpoints(work_dir: str) -> None:
         train_cfg=dict(by_epoch=False, max_iters=2),
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1,
                                            max_keep_ckpts=1)))
+
+    def kill():
+        raise Killed
+
     real_open = builtins.open
-
-    class HalfThenKill:
-        def __init__(self, file):
-            self.file = file
-
-        def write(self, data):
-            self.file.write(data[:len(data) // 2])
-            raise Killed
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.file.close()
-
-        def __getattr__(self, name):
-            return getattr(self.file, name)
-
-    def faulty_open(file, mode='r', *args, **kwargs):
-        handle = real_open(file, mode, *args, **kwargs)
-        # the second checkpoint, written in place or as a temporary beside it
-        if 'w' in mode and 'iter_2.pth' in os.path.basename(os.fspath(file)):
-            return HalfThenKill(handle)
-        return handle
-
-    builtins.open = faulty_open
+    # the second checkpoint, written in place or as a temporary beside it
+    builtins.open = faulty_open('iter_2.pth', 1, kill)
     try:
         runner.train()
     except Killed:

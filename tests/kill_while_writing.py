@@ -4,29 +4,29 @@
 
 The fault sits under Python's ``open``, so it hits whatever writes the file (in place or as a
 temporary whose name contains NAME): the file gets the first half of the bytes, on disk, then
-the process dies, as an OOM kill or a pre-empted job would leave it.
+the process dies, as an OOM kill or a pre-empted job would leave it. :func:`faulty_open` is
+also used in-process (tests/compat_probes.py), with an exception standing for the kill.
 """
 import builtins
 import os
 import runpy
 import signal
 import sys
-
-NAME, NTH, SCRIPT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-writes = 0
-real_open = builtins.open
+from typing import Callable
 
 
-class HalfThenKill:
+class HalfThenDie:
+    """A file whose first ``write`` puts half the bytes on disk, then calls ``die``."""
 
-    def __init__(self, file):
+    def __init__(self, file, die: Callable[[], None]):
         self.file = file
+        self.die = die
 
     def write(self, data):
         self.file.write(data[:len(data) // 2])
         self.file.flush()
         os.fsync(self.file.fileno())
-        os.kill(os.getpid(), signal.SIGKILL)
+        self.die()
 
     def __enter__(self):
         return self
@@ -38,17 +38,29 @@ class HalfThenKill:
         return getattr(self.file, name)
 
 
-def faulty_open(file, mode='r', *args, **kwargs):
-    global writes
-    handle = real_open(file, mode, *args, **kwargs)
-    if 'w' in mode and NAME in os.path.basename(os.fspath(file)):
-        writes += 1
-        if writes == NTH:
-            return HalfThenKill(handle)
-    return handle
+def faulty_open(name: str, nth: int, die: Callable[[], None], real_open=builtins.open):
+    """An ``open`` whose ``nth`` opening for writing of a file named ``*name*`` dies halfway."""
+    writes = 0
+
+    def open_(file, mode='r', *args, **kwargs):
+        nonlocal writes
+        handle = real_open(file, mode, *args, **kwargs)
+        if 'w' in mode and name in os.path.basename(os.fspath(file)):
+            writes += 1
+            if writes == nth:
+                return HalfThenDie(handle, die)
+        return handle
+
+    return open_
 
 
-builtins.open = faulty_open
-sys.argv = sys.argv[3:]
-sys.path.insert(0, os.path.dirname(os.path.abspath(SCRIPT)))
-runpy.run_path(SCRIPT, run_name='__main__')
+def sigkill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if __name__ == '__main__':
+    NAME, NTH, SCRIPT = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    builtins.open = faulty_open(NAME, NTH, sigkill)
+    sys.argv = sys.argv[3:]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(SCRIPT)))
+    runpy.run_path(SCRIPT, run_name='__main__')
