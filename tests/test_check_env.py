@@ -71,9 +71,9 @@ def test_extras_are_checked_as_asked():
 def test_install_script_checks_what_requirements_txt_installs():
     """install.sh's EXTRAS, the -r lines of requirements.txt and check_env agree, so a
     complete environment is recognised and an incomplete one is installed."""
-    listed = re.findall(r'^-r requirements/(\w+)\.txt', open(osp.join(REPO, 'requirements.txt'))
-                        .read(), re.M)
-    installed = re.search(r'^EXTRAS=([\w,]+)', open(osp.join(REPO, 'tools', 'install.sh')).read(),
-                          re.M).group(1).split(',')
+    with open(osp.join(REPO, 'requirements.txt')) as f:
+        listed = re.findall(r'^-r requirements/(\w+)\.txt', f.read(), re.MULTILINE)
+    with open(osp.join(REPO, 'tools', 'install.sh')) as f:
+        installed = re.search(r'^EXTRAS=([\w,]+)', f.read(), re.MULTILINE).group(1).split(',')
     assert listed == ['runtime', *installed]
     assert set(installed) == set(check_env.EXTRA_IMPORTS)
