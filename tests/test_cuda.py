@@ -165,7 +165,7 @@ def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
     rope = model.rope_table(grid, torch.float32, setup.device)
     x5 = torch.randn(1, rope.shape[0], 768, device='cuda', requires_grad=True)
     x = torch.randn(1, 1 + 32 * 32, 768, device='cuda', requires_grad=True)
-    ours = saved_activations('vit5', model.blocks[0], (x5, rope, grid), setup)
+    ours = saved_activations('vit5', model.blocks[0], (x5, rope), setup)
     timm = saved_activations('timm', TimmBlock(768, 12, qkv_bias=True).cuda().train(), (x, ),
                              setup)
     assert sum(s.recomputed for s in ours) == 2, ours  # the rotated q and k

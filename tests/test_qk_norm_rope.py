@@ -4,12 +4,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmvit5.benchmark.breakdown import saved_activations
+from mmvit5.benchmark.breakdown import observe_saved, saved_activations
 from mmvit5.benchmark.core import Setup
 from mmvit5.models import ViT5
 from mmvit5.models.layers import Attention, apply_rope
 from mmvit5.models.layers.norm import RMSNorm
-from mmvit5.models.layers.qk_norm_rope import QKNormRoPE, RecomputeSaved, observe_saved
+from mmvit5.models.layers.qk_norm_rope import QKNormRoPE, RecomputeSaved
 
 CPU32 = Setup(torch.device('cpu'), torch.float32, 1, 0, 1)
 
@@ -101,7 +101,7 @@ def test_block_keeps_no_more_for_backward_than_timm_vit_block(autocast):
     rope = model.rope_table(grid, torch.float32, torch.device('cpu'))
     x5 = torch.randn(1, rope.shape[0], 768, requires_grad=True)
     x = torch.randn(1, 1 + 14 * 14, 768, requires_grad=True)
-    ours = saved_activations('vit5', model.blocks[0], (x5, rope, grid), setup)
+    ours = saved_activations('vit5', model.blocks[0], (x5, rope), setup)
     timm = saved_activations('timm', TimmBlock(768, 12, qkv_bias=True).train(), (x, ), setup)
     recomputed = [s for s in ours if s.recomputed]
     assert [s.op for s in recomputed] == ['scaled_dot_product_attention'] * 2  # rotated q, k

@@ -80,7 +80,7 @@ def test_fast_paths_agree_under_the_switches(name):
     with torch.no_grad():
         expected = plain(x)[0]
     assert expected.shape == (2, 1 + 20 + plain.num_registers, DIM)
-    for variant in (dict(fused_attn=False), dict(window_size=5, global_attn_indices=[]),
+    for variant in (dict(attn_impl='math'), dict(window_size=5, global_attn_indices=[]),
                     dict(with_cp=True, cp_impl='torch')):
         other = ViT5(arch=ARCH, img_size=IMG, **FAST_PATH_CASES[name], out_type='raw',
                      **variant)

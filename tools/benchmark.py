@@ -33,6 +33,7 @@ from mmvit5.benchmark.rows import bench_backbone, checkpointed_row, compiled_row
 from mmvit5.benchmark.targets import (detector_targets, row_targets,  # noqa: E402
                                       targets_table, timed_targets)
 from mmvit5.benchmark.timing import matmul_gflop_s  # noqa: E402
+from mmvit5.benchmark.train_loop import train_loop_report, train_loop_table  # noqa: E402
 
 DEFAULT_FULL_CONFIGS = 'configs/vit5_maskrcnn_coco.py,configs/vit5_upernet_ade20k.py'
 QUICK = dict(sizes='64', models='vit5-s', repeats=1, warmup=0, peers='timm-vit', matmul_size=1024)
@@ -95,6 +96,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='alternated rounds per size and runtime of --components')
     parser.add_argument('--quick', action='store_true',
                         help='CI smoke preset: ' + ', '.join(f'{k}={v}' for k, v in QUICK.items()))
+    parser.add_argument('--train-log', metavar='LOG:CONFIG:ARCH',
+                        help='report a tools/train.py log (img/s, peak, backbone MFU) against '
+                        'the model-only step of CONFIG (ViT5 ARCH, --batch, --full-size)')
     parser.add_argument('--json', help='save the raw rows here')
     parser.add_argument('--plot', help='PNG of the run (default work_dirs/benchmark.png, '
                         'work_dirs/components.png with --components)')
@@ -201,6 +205,20 @@ def run_breakdown(args: argparse.Namespace, setup: Setup, device: str) -> int:
     return 0
 
 
+def run_train_log(args: argparse.Namespace, setup: Setup, device: str) -> int:
+    """--train-log: the tools/train.py loop against the model-only step."""
+    log, config, arch = args.train_log.split(':')
+    row = train_loop_report(log, config, arch, args.full_size, setup, args.target_rounds)
+    print(f'## tools/train.py loop: {device}, {args.dtype}, torch {torch.__version__}\n')
+    print(train_loop_table([row]))
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, 'w') as f:
+            json.dump(dict(meta=dict(device=device, dtype=args.dtype, torch=torch.__version__),
+                           rows=[row]), f, indent=1)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -212,6 +230,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_components(args, setup, device)
     if args.breakdown:
         return run_breakdown(args, setup, device)
+    if args.train_log:
+        return run_train_log(args, setup, device)
     setup.matmul_gflop_s = matmul_gflop_s(setup, args.matmul_size)
     rows = run(args, setup)
     add_ratios(rows)

@@ -10,16 +10,21 @@
 #    start-up file;
 #    tools/check_env.py then checks the torch range, the pins and mmcv.ops without mmvit5.
 # Then, most important first, each section capped in time (a section that runs out is
-# reported and the next one starts; the last ones are skipped when BUDGET is spent):
-# 2. the GPU tests: pytest -m cuda (ViT5 CUDA vs CPU, autocast, fused SDPA selected, with_cp,
-#    windows, the training path against the unfused model, saved activations against timm,
-#    RoIAlign/NMS on CUDA vs CPU);
-# 3. training targets in bf16 (float32 weights, autocast): ViT5-B vs timm ViT-B step time and
-#    peak memory at 512 and 1024, the Mask R-CNN step against mmpretrain's ViT-B at 1024;
-# 4. the one-block breakdown against timm at 1024;
-# 5. ViT5-B Mask R-CNN (configs/vit5_maskrcnn_coco.py, LSJ 1024) --amp at batch 2 through
-#    tools/train.py on generated shapes data: img/s and peak memory;
-# 6. the torch.compile'd training pair at 1024.
+# reported and the next one starts; the last ones are skipped when BUDGET is spent). Every row of
+# issue 22's targets (bf16 autocast, alternated side by side):
+# 2. the GPU tests: pytest -m cuda (ViT5 CUDA vs CPU, autocast, the windowed flex_attention
+#    path's values and gradients against the masked rule, the Triton kernels, with_cp, the
+#    training path against the unfused model, saved activations, RoIAlign/NMS);
+# 3. ViT5-B vs timm ViT-B at 1024, batch 1 and 4: forward and training step time, peak memory,
+#    window-14 against global;
+# 4. the whole Mask R-CNN step at batch 2 against mmpretrain's ViT-B detector and against the
+#    plain-ViTDet ViT5 (five parts off, same windows);
+# 5. tools/train.py (configs/vit5_maskrcnn_coco.py --amp, LSJ 1024) on generated shapes data,
+#    ViT5-B and ViT5-L at batch 2 and 4: loop img/s against the model-only step, peak GiB,
+#    backbone MFU;
+# 6. the torch.compile'd training pair at 1024 (batch 1);
+# 7. the one-block breakdown (saved tensors, per-part time, launches) at 1024;
+# 8. the per-part cost (--components) on CUDA.
 # Everything goes to ${OUT:-work_dirs/gpu_check}; the summary is printed last.
 set -uo pipefail
 start=$SECONDS
@@ -27,7 +32,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 wheels=$(cd "${1:-$here/.whl}" && pwd)
 PY=${PYTHON:-python3}
 out=$(mkdir -p "${OUT:-$here/work_dirs/gpu_check}" && cd "${OUT:-$here/work_dirs/gpu_check}" && pwd)
-budget=${BUDGET:-540}
+budget=${BUDGET:-590}
 iters=${ITERS:-8}
 say() { printf '[gpu_check] %s\n' "$*" | tee -a "$out/summary.txt"; }
 : > "$out/summary.txt"
@@ -68,48 +73,50 @@ PYEOF
 say "$("$PY" -c "import torch; print(torch.cuda.get_device_name(), 'torch', torch.__version__)")"
 set +e
 
-section pytest_cuda 150 "$PY" -m pytest -q -m cuda tests
+section pytest_cuda 120 "$PY" -m pytest -q -m cuda tests
 say "pytest -m cuda: $(tail -n 1 "$out/pytest_cuda.txt")"
 
 bench=("$PY" tools/benchmark.py --sizes none --peers none --dtype bfloat16 --target-rounds 10)
-section targets 150 "${bench[@]}" --targets 512,1024 --json "$out/targets.json" \
-  --plot "$out/targets.png"
-section detector_target 120 "${bench[@]}" --detector-targets 1024 --batch 2 \
+for batch in 1 4; do
+  section "targets_b$batch" 60 "${bench[@]}" --targets 1024 --batch "$batch" \
+    --json "$out/targets_b$batch.json" --plot "$out/targets_b$batch.png"
+done
+section detector_target 80 "${bench[@]}" --detector-targets 1024 --batch 2 --target-rounds 6 \
   --json "$out/detector.json" --plot "$out/detector.png"
-section breakdown 60 "${bench[@]}" --breakdown 1024 --json "$out/breakdown.json"
-grep -hE '^\| ViT5|^\| \*\*sum|\*\*total' "$out"/targets.txt "$out"/detector_target.txt \
-  "$out"/breakdown.txt 2>/dev/null | tee -a "$out/summary.txt"
+grep -hE '^\| ViT5' "$out"/targets_b*.txt "$out"/detector_target.txt 2>/dev/null \
+  | tee -a "$out/summary.txt"
 
 "$PY" tools/make_toy_data.py "$out/data" --train 16 --val 2 --size 1024 >/dev/null
-classes=()
-for split in train val test; do
-  classes+=("${split}_dataloader.dataset.metainfo.classes=(rectangle,ellipse,triangle)")
-done
 data="$out/data/coco/"
-section maskrcnn_b2 120 "$PY" tools/train.py configs/vit5_maskrcnn_coco.py --amp \
-  --work-dir "$out/maskrcnn_b2" --cfg-options model.backbone.init_cfg=None \
-  train_dataloader.batch_size=2 train_dataloader.num_workers=4 train_cfg.max_iters="$iters" \
-  train_cfg.val_interval=$((iters + 1)) default_hooks.logger.interval=2 \
-  default_hooks.checkpoint.interval=$((iters + 1)) train_dataloader.dataset.data_root="$data" \
-  val_dataloader.dataset.data_root="$data" test_dataloader.dataset.data_root="$data" \
-  "${classes[@]}" val_evaluator.ann_file="$data/annotations/instances_val2017.json" \
-  test_evaluator.ann_file="$data/annotations/instances_val2017.json"
-"$PY" - "$out/maskrcnn_b2.txt" <<'PYEOF' | tee -a "$out/summary.txt"
-import re, statistics, sys
-log = open(sys.argv[1]).read()
-times = [float(t) for t in re.findall(r'Iter\(train\).* time: ([0-9.]+)', log)][1:]
-memory = [int(m) for m in re.findall(r'Iter\(train\).* memory: ([0-9]+)', log)]
-loss = re.findall(r'Iter\(train\).* loss: ([0-9.]+)', log)
-if times:
-    print(f'[gpu_check] Mask R-CNN b2 --amp: {2 / statistics.median(times):.1f} img/s '
-          f'({statistics.median(times):.3f} s/iter), peak '
-          f'{max(memory) / 1024 if memory else float("nan"):.1f} GiB, losses {loss}')
-else:
-    print('[gpu_check] Mask R-CNN b2: no training iteration logged')
-PYEOF
+opts=(model.backbone.init_cfg=None train_dataloader.num_workers=4 train_cfg.max_iters="$iters"
+      train_cfg.val_interval=$((iters + 1)) default_hooks.logger.interval=1
+      default_hooks.checkpoint.interval=$((iters + 1)) train_dataloader.dataset.data_root="$data"
+      val_dataloader.dataset.data_root="$data" test_dataloader.dataset.data_root="$data"
+      val_evaluator.ann_file="$data/annotations/instances_val2017.json"
+      test_evaluator.ann_file="$data/annotations/instances_val2017.json")
+for split in train val test; do
+  opts+=("${split}_dataloader.dataset.metainfo.classes=(rectangle,ellipse,triangle)")
+done
+for run in vit5-b:configs/vit5_maskrcnn_coco.py vit5-l:configs/vit5-l_maskrcnn_coco.py; do
+  arch=${run%%:*} config=${run#*:}
+  for batch in 2 4; do
+    name="train_${arch}_b$batch"
+    section "$name" 45 "$PY" tools/train.py "$config" --amp --work-dir "$out/$name" \
+      --cfg-options "${opts[@]}" train_dataloader.batch_size="$batch"
+    section "${name}_loop" 30 "${bench[@]}" --target-rounds 4 --batch "$batch" --full-size 1024 \
+      --train-log "$out/$name.txt:$config:$arch" --json "$out/$name.json"
+    grep -hE "^\| $arch" "$out/${name}_loop.txt" | tee -a "$out/summary.txt"
+  done
+done
 
-section targets_compiled 240 "${bench[@]}" --targets 1024 --target-compile --target-rounds 6 \
+section targets_compiled 100 "${bench[@]}" --targets 1024 --target-compile --target-rounds 6 \
   --json "$out/targets_compiled.json" --plot "$out/targets_compiled.png"
 grep -h 'torch.compile' "$out/targets_compiled.txt" | tee -a "$out/summary.txt"
+section breakdown 40 "${bench[@]}" --breakdown 1024 --json "$out/breakdown.json"
+grep -hE '^\| \*\*sum|\*\*total|^\| (vit5|timm)' "$out/breakdown.txt" 2>/dev/null \
+  | tee -a "$out/summary.txt"
+section components 50 "$PY" tools/benchmark.py --components --sizes 1024 \
+  --component-train-sizes 1024 --component-rounds 2 --dtype bfloat16 \
+  --json "$out/components.json" --plot "$out/components.png"
 say "total $((SECONDS - start))s"
 cat "$out/summary.txt"

@@ -5,17 +5,18 @@ Two measurements of one block at the token count of an input size:
 * **Saved activations**: every tensor autograd keeps for backward during one block forward,
   by the module (and op) that saved it, counted once per storage, parameters left out. The
   tensors that ViT-5's training path recomputes in backward instead of keeping are listed
-  with size 0 kept (:func:`mmvit5.models.layers.qk_norm_rope.observe_saved`).
+  with size 0 kept (:func:`observe_saved`).
 * **Time per part**: forward and backward of each part of the block on its own (fresh leaf
   inputs of the part's real shapes), ViT-5's and timm's part stepped in alternation, median
   over rounds. The ``attention`` part of ViT-5 is QK-Norm + RoPE + attention (backward
   includes recomputing the rotated q, k); timm's is attention alone.
 """
+import contextlib
 import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -66,10 +67,39 @@ def _calling_code() -> str:
     return f'Function in {os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}'
 
 
+@contextlib.contextmanager
+def observe_saved(observer: Callable[[torch.Tensor, bool], None]) -> Iterator[None]:
+    """Call ``observer(tensor, recomputed)`` for each tensor autograd saves in the context.
+
+    Saved-tensor hooks do not nest: inside the training path's
+    :class:`~mmvit5.models.layers.qk_norm_rope.RecomputeSaved`, an outer
+    ``saved_tensors_hooks`` sees nothing. So its packing is wrapped too (for the duration of
+    the context), which also tells the tensors backward recomputes (``recomputed=True``).
+    The tensors are kept as usual.
+    """
+    from mmvit5.models.layers.qk_norm_rope import RecomputeSaved, _Recompute
+    pack_recomputed = RecomputeSaved._pack
+
+    def pack_observed(self, tensor: torch.Tensor):
+        packed = pack_recomputed(self, tensor)
+        observer(tensor, isinstance(packed, _Recompute))
+        return packed
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        observer(tensor, False)
+        return tensor
+
+    RecomputeSaved._pack = pack_observed
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            yield
+    finally:
+        RecomputeSaved._pack = pack_recomputed
+
+
 def saved_activations(model: str, block: nn.Module, args: Sequence, setup: Setup
                       ) -> List[Saved]:
     """What one forward of ``block(*args)`` keeps for backward (see the module docstring)."""
-    from mmvit5.models.layers.qk_norm_rope import observe_saved
     names = {m: n for n, m in block.named_modules()}
     current: List[str] = []
     hooks = [m.register_forward_pre_hook(lambda m, _: current.append(names[m]))
@@ -143,10 +173,9 @@ def block_parts(vit5_block: nn.Module, timm_block: nn.Module, rope: torch.Tensor
              part(timm_block.norm1, (T, C))),
         Part('qkv (no bias / bias)', part(attn.qkv, (T5, C)), part(tattn.qkv, (T, C))),
         Part('attention (+ QK-Norm, RoPE)',
-             part(lambda q, k, v: attn.mix(q, k, v, rope, grid), *[(T5, heads, D)] * 3),
-             part(lambda q, k, v: nn.functional.scaled_dot_product_attention(
-                 q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)),
-                 *[(T, heads, D)] * 3)),
+             part(lambda qkv: attn.qkv_attention(qkv, rope), (T5, 3, heads, D)),
+             part(lambda qkv: nn.functional.scaled_dot_product_attention(
+                 *qkv.permute(2, 0, 3, 1, 4).unbind(0)), (T, 3, heads, D))),
         Part('proj (+ LayerScale)', part(lambda x: scaled_linear(x, attn.proj,
                                                                   vit5_block.gamma_1), (T5, C)),
              part(tattn.proj, (T, C))),
@@ -254,12 +283,12 @@ def breakdown(size: int, setup: Setup, rounds: int
     x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
     x = _leaf(setup.batch, T, 768, setup=setup)
     progress(f'breakdown {size}x{size}: saved activations')
-    saved = saved_activations('vit5-b', block, (x5, rope, grid), setup) + \
+    saved = saved_activations('vit5-b', block, (x5, rope), setup) + \
         saved_activations('timm-vit-b', timm_block, (x, ), setup)
     progress(f'breakdown {size}x{size}: part times x {rounds} rounds')
     times = part_times(block_parts(block, timm_block, rope, grid, setup), setup, rounds)
     progress(f'breakdown {size}x{size}: profiled launches')
-    counted = [launches('vit5-b', lambda: block(x5, rope, grid), setup),
+    counted = [launches('vit5-b', lambda: block(x5, rope), setup),
                launches('timm-vit-b', lambda: timm_block(x), setup)]
     return saved, times, counted
 

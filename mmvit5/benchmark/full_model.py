@@ -52,10 +52,12 @@ def full_model_rows(config_path: str, size: int, batch: int, setup: Setup,
 def build_full_model(path: str, size: int, batch: int, device: torch.device,
                      backbone: Optional[dict] = None) -> Tuple[nn.Module, dict]:
     """The config's model (random init, input size S) and preprocessed fake batches;
-    ``backbone`` replaces the config's backbone."""
+    ``backbone`` replaces the config's backbone, or, without a ``type``, updates its
+    arguments."""
     cfg = Config.fromfile(path)
     if backbone is not None:
-        cfg.model.backbone = backbone
+        cfg.model.backbone = backbone if 'type' in backbone else {**cfg.model.backbone,
+                                                                   **backbone}
     cfg.model.backbone.init_cfg = None
     is_segmentor = 'decode_head' in cfg.model
     # the benchmarked size must be the size the model really runs at

@@ -18,9 +18,11 @@ from torch.nn.init import trunc_normal_
 
 from ...checkpoint import extract_state_dict, read_checkpoint, resize_pos_embed
 from ..layers.block import Block, PatchEmbed
+from ..layers.mode import ExecutionMode, execution_mode
 from ..layers.norm import token_norm
 from ..layers.rope import (ROPE_MODES, RotaryEmbedding2D, register_grid, rotations,
                            sequence_angles)
+from ..layers.windows import WindowLayout, permute_tokens, window_layout
 from .vit5_weights import RELEASED_SWITCHES, adapt_state_dict
 
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
@@ -73,10 +75,14 @@ class ViT5(BaseModule):
         norm (str): Every norm of the backbone (blocks, QK-Norm, final): ``'rms'`` (RMSNorm,
             released) or ``'ln'`` (LayerNorm with bias, eps 1e-6).
         qkv_bias (bool): Bias in the attention's ``qkv``. Defaults to False, as released.
-        fused_attn (bool): ``F.scaled_dot_product_attention``. Defaults to True.
+        attn_impl (str): The attention kernel: ``'auto'`` (default: SDPA, and for windowed
+            blocks on CUDA a block-sparse ``flex_attention``), ``'sdpa'``, ``'flex'`` or
+            ``'math'`` (the explicit softmax formula); all compute the same function.
         window_size (int): 0 (default) for global attention in every block; else ViTDet-style
             windowed attention of this side (in patches, e.g. 14) in all blocks but
-            ``global_attn_indices``. Rule for prefix tokens: see :class:`Attention`.
+            ``global_attn_indices``. Rule for prefix tokens: see :class:`Attention`. The
+            tokens then run through the blocks in window-major order (no padding, no mask;
+            :mod:`~mmvit5.models.layers.windows`), back in raster order at the outputs.
         global_attn_indices (Sequence[int], optional): Blocks that stay global when
             ``window_size > 0``; default 4 evenly spaced, ending at the last block
             (2, 5, 8, 11 for 12 blocks, as ViTDet).
@@ -129,7 +135,7 @@ class ViT5(BaseModule):
                  use_rope: bool = True,
                  norm: str = 'rms',
                  qkv_bias: bool = False,
-                 fused_attn: bool = True,
+                 attn_impl: str = 'auto',
                  window_size: int = 0,
                  global_attn_indices: Optional[Sequence[int]] = None,
                  frozen_stages: int = -1,
@@ -186,9 +192,11 @@ class ViT5(BaseModule):
         else:
             rates = torch.linspace(0, drop_path_rate, depth).tolist()
         self.global_attn_indices = self._global_blocks(window_size, global_attn_indices, depth)
+        # the side of the windows any block uses; 0 when every block is global
+        self.window_size = window_size if len(self.global_attn_indices) < depth else 0
         self.blocks = nn.ModuleList([
             Block(embed_dim, num_heads, self.arch_settings.get('mlp_ratio', 4.0), rates[i],
-                  layer_scale_init_value, qk_norm, qkv_bias, norm_layer, fused_attn,
+                  layer_scale_init_value, qk_norm, qkv_bias, norm_layer, attn_impl,
                   0 if i in self.global_attn_indices else window_size) for i in range(depth)
         ])
         self.with_cp = with_cp
@@ -293,11 +301,12 @@ class ViT5(BaseModule):
         return new
 
     def _run_block(self, block: Block, x: torch.Tensor, rope: torch.Tensor,
-                   grid: Tuple[int, int]) -> torch.Tensor:
+                   windows: Optional[WindowLayout]) -> torch.Tensor:
         if self.with_cp and self.cp_impl == 'torch' and self.training and \
                 torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(block, x, rope, grid, use_reentrant=False)
-        return block(x, rope, grid)
+            return torch.utils.checkpoint.checkpoint(block, x, rope, windows,
+                                                     use_reentrant=False)
+        return block(x, rope, windows)
 
     # ----------------------------------------------------------------- weights
     def init_weights(self) -> None:
@@ -357,23 +366,36 @@ class ViT5(BaseModule):
         return adapt_state_dict(self, state, source)
 
     # ----------------------------------------------------------------- forward
+    def token_order(self, grid: Tuple[int, int], device: torch.device,
+                    num_registers: Optional[int] = None) -> Optional[WindowLayout]:
+        """The window-major order the blocks run in when any block is windowed, else None
+        (raster order)."""
+        if not self.window_size:
+            return None
+        num_registers = self.num_registers if num_registers is None else num_registers
+        return window_layout(grid, self.window_size, num_registers, device)
+
     def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype, device: torch.device,
-                   num_registers: Optional[int] = None) -> Optional[torch.Tensor]:
+                   num_registers: Optional[int] = None,
+                   windows: Optional[WindowLayout] = None) -> Optional[torch.Tensor]:
         """RoPE (cos, sin) table (T, head_dim // 2, 2) for ``[cls, patches, registers]`` on
-        ``grid``, cached; None when ``use_rope=False``."""
+        ``grid`` (in the order of ``windows`` where given), cached; None when
+        ``use_rope=False``."""
         if not self.use_rope:
             return None
         num_registers = self.num_registers if num_registers is None else num_registers
-        key = (grid, dtype, device, self.rope_mode, num_registers)
+        key = (grid, dtype, device, self.rope_mode, num_registers,
+               windows.window_size if windows is not None else 0)
         # torch.export would pin a looked-up key's grid to the example input's: exported
         # graphs (ONNX) compute the table from their symbolic grid instead
-        exporting = torch.compiler.is_exporting()
+        exporting = execution_mode() is ExecutionMode.EXPORTING
         table = None if exporting else self._rope_cache.get(key)
         if table is None:
             with torch.no_grad():
                 angles = sequence_angles(self.rope, self.rope_reg, grid, num_registers,
                                          self.rope_mode).to(device)
-                table = rotations(angles, dtype)
+                table = permute_tokens(rotations(angles, dtype)[None],
+                                       None if windows is None else windows.order)[0]
             if exporting:
                 return table
             if len(self._rope_cache) >= 16:  # multi-scale training meets many grids
@@ -424,11 +446,13 @@ class ViT5(BaseModule):
             (B, R, C) (R = 0 without registers) and ``grid`` (H, W).
         """
         x, grid = self.tokens(x, with_registers)
-        rope = self.rope_table(grid, self.cls_token.dtype, x.device,
-                               self.num_registers if with_registers else 0)
+        num_registers = self.num_registers if with_registers else 0
+        windows = self.token_order(grid, x.device, num_registers)
+        rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows)
+        x = permute_tokens(x, None if windows is None else windows.order)
         for block in self.blocks:
-            x = self._run_block(block, x, rope, grid)
-        x = self.norm(x)
+            x = self._run_block(block, x, rope, windows)
+        x = permute_tokens(self.norm(x), None if windows is None else windows.inverse)
         num_patches = grid[0] * grid[1]
         return dict(cls_token=x[:, 0], patch_tokens=x[:, 1:1 + num_patches],
                     reg_tokens=x[:, 1 + num_patches:], grid=grid)
@@ -437,14 +461,17 @@ class ViT5(BaseModule):
         """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry, in
         that order; blocks after the last requested one are not run."""
         x, grid = self.tokens(x)
-        rope = self.rope_table(grid, self.cls_token.dtype, x.device)
+        windows = self.token_order(grid, x.device)
+        rope = self.rope_table(grid, self.cls_token.dtype, x.device, windows=windows)
+        x = permute_tokens(x, None if windows is None else windows.order)
         outs = {}
         for i, block in enumerate(self.blocks[:max(self.out_indices) + 1]):
-            x = self._run_block(block, x, rope, grid)
+            x = self._run_block(block, x, rope, windows)
             if i == self.depth - 1:
                 x = self.norm(x)
             if i in self.out_indices:
-                outs[i] = self._format_output(x, grid)
+                raster = permute_tokens(x, None if windows is None else windows.inverse)
+                outs[i] = self._format_output(raster, grid)
         return tuple(outs[i] for i in self.out_indices)
 
     def _format_output(self, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:

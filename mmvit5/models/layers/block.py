@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torchvision.ops import StochasticDepth
 
 from .attention import Attention
+from .windows import WindowLayout
 from .layer_scale import scaled_linear
 from .norm import RMSNorm
 
@@ -40,24 +41,24 @@ class Block(nn.Module):
         qk_norm (bool): QK-Norm in attention.
         qkv_bias (bool): Bias in the attention's ``qkv``.
         norm_layer (Callable[[int], nn.Module]): The block's norms and QK-Norm.
-        fused_attn (bool): Use ``scaled_dot_product_attention``.
+        attn_impl (str): The attention kernel (:data:`~.attention.ATTN_IMPLS`).
         window_size (int): 0 for global attention, else windowed (see :class:`Attention`).
 
     Shape:
-        - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin) or None;
-          grid: (rows, cols).
+        - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin) or None, in the token
+          order of ``x``; windows: that order, for windowed blocks (:mod:`.windows`).
         - Output: (B, T, C).
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0,
                  drop_path: float = 0.0, layer_scale_init_value: Optional[float] = 1e-4,
                  qk_norm: bool = True, qkv_bias: bool = False,
-                 norm_layer: Callable[[int], nn.Module] = RMSNorm, fused_attn: bool = True,
+                 norm_layer: Callable[[int], nn.Module] = RMSNorm, attn_impl: str = 'auto',
                  window_size: int = 0) -> None:
         super().__init__()
         self.norm1 = norm_layer(dim)
         self.attn = Attention(dim, num_heads, qk_norm=qk_norm, qkv_bias=qkv_bias,
-                              norm_layer=norm_layer, fused=fused_attn, window_size=window_size)
+                              norm_layer=norm_layer, attn_impl=attn_impl, window_size=window_size)
         self.norm2 = norm_layer(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         if layer_scale_init_value is None:
@@ -69,8 +70,8 @@ class Block(nn.Module):
         self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
-                grid: Tuple[int, int]) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), rope, grid, self.gamma_1))
+                windows: Optional[WindowLayout] = None) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), rope, windows, self.gamma_1))
         return x + self.drop_path(self.mlp(self.norm2(x), self.gamma_2))
 
 

@@ -5,11 +5,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .mode import ExecutionMode, eager_training, execution_mode
+
 
 def _scaled_forward(x: torch.Tensor, linear: nn.Linear, scale: torch.Tensor) -> torch.Tensor:
     # folded where the output (rows x out) is larger than the weight (in x out): the extra
     # elementwise pass then runs over the smaller tensor
-    if torch.compiler.is_exporting() or x.numel() // linear.in_features > linear.in_features:
+    if execution_mode() is ExecutionMode.EXPORTING or x.numel() // linear.in_features > linear.in_features:
         bias = None if linear.bias is None else linear.bias * scale
         return F.linear(x, linear.weight * scale[:, None], bias)
     return linear(x) * scale
@@ -80,7 +82,6 @@ def scaled_linear(x: torch.Tensor, linear: nn.Linear,
     """
     if scale is None:
         return linear(x)
-    if torch.is_grad_enabled() and not (torch.compiler.is_compiling() or
-                                        torch.onnx.is_in_onnx_export()):
+    if eager_training():
         return _ScaledLinear.apply(x, linear.weight, linear.bias, scale, linear)
     return _scaled_forward(x, linear, scale)

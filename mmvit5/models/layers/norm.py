@@ -7,6 +7,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.registry import MODELS
 
+from .mode import ExecutionMode, execution_mode
+
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """float32 for half-precision and float32 inputs (as released), float64 stays float64."""
@@ -26,7 +28,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor,
     """
     # the TorchScript ONNX exporter (mmdeploy's) has no symbolic for the fused kernel
     if FUSED_RMS_NORM and x.dtype == weight.dtype == _compute_dtype(x) and \
-            not torch.onnx.is_in_onnx_export():
+            execution_mode() is not ExecutionMode.EXPORTING:
         # no intermediate rounding to reproduce: ATen's one-pass kernel (half the time of
         # the composite on CPU) gives the same bits as the released formula
         return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)

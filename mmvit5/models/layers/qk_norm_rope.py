@@ -9,8 +9,7 @@ rotated tensors are one elementwise pass away from what is kept anyway, so
 :class:`RecomputeSaved` keeps a recipe instead and recomputes them when backward unpacks them,
 whatever attention kernel saved them (flash, memory-efficient, cuDNN, math, CPU).
 """
-import contextlib
-from typing import Callable, Iterator, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -21,31 +20,6 @@ from .rope import apply_rope
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
             and a.dtype == b.dtype and a.device == b.device and a._version == b._version)
-
-
-# observers of every saved tensor, see observe_saved
-_OBSERVERS: List[Callable[[torch.Tensor, bool], None]] = []
-
-
-@contextlib.contextmanager
-def observe_saved(observer: Callable[[torch.Tensor, bool], None]) -> Iterator[None]:
-    """Call ``observer(tensor, recomputed)`` for each tensor autograd saves in the context.
-
-    Saved-tensor hooks do not nest: inside :class:`RecomputeSaved`, an outer
-    ``saved_tensors_hooks`` sees nothing. This context sees through it and tells which saved
-    tensors backward recomputes (``recomputed=True``) instead of keeping. For accounting
-    (``tools/benchmark.py --breakdown``, tests); the tensors are kept as usual.
-    """
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        observer(tensor, False)
-        return tensor
-
-    _OBSERVERS.append(observer)
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            yield
-    finally:
-        _OBSERVERS.remove(observer)
 
 
 class _Recompute:
@@ -89,8 +63,6 @@ class RecomputeSaved(torch.autograd.graph.saved_tensors_hooks):
     def _pack(self, tensor: torch.Tensor):
         make = next((make for registered, make in self._entries
                      if _same_view(tensor, registered)), None)
-        for observer in _OBSERVERS:
-            observer(tensor, make is not None)
         return tensor if make is None else _Recompute(make)
 
     @staticmethod

@@ -11,6 +11,8 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
+from .mode import eager
+
 ROPE_MODES = ('interpolate', 'extrapolate')
 
 
@@ -30,11 +32,13 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor, inverse: bool = False) -> to
     token) have cos 1 and sin 0, which leaves them bit-exact.
     """
     pairs = x.to(rope.dtype).unflatten(-1, (-1, 2))
-    if torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export():
+    if not eager():
         (x0, x1), (cos, sin) = pairs.unbind(-1), rope.unbind(-1)
         sin = -sin if inverse else sin
         out = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1)
     else:
+        if pairs.stride(-1) != 1:  # complex views need adjacent pairs (a gradient may be
+            pairs = pairs.contiguous()  # a transposed matmul output)
         turn = torch.view_as_complex(rope)
         out = torch.view_as_real(torch.view_as_complex(pairs) * (turn.conj() if inverse else turn))
     return out.flatten(-2).type_as(x)
