@@ -1,7 +1,7 @@
 """The measured tables of the README and the docs, generated from the raw files in results/.
 
-Every table sits between the comment lines :func:`mmvit5.results.begin_marker` and
-:func:`~mmvit5.results.end_marker` of its name in a Markdown file; :func:`render` makes its
+Every table sits between the comment lines :func:`benchmarks.results.begin_marker` and
+:func:`~benchmarks.results.end_marker` of its name in a Markdown file; :func:`render` makes its
 text from one results file, with a caption that says the machine, the date and the commit
 (from the file's own ``meta``, else ``results/provenance.json``, else "not recorded").
 ``tools/make_tables.py`` rewrites them (:func:`expected_text`); ``tests/test_docs.py`` checks
@@ -21,14 +21,13 @@ import os.path as osp
 import re
 from typing import Callable, Dict, NamedTuple
 
-from mmvit5.ablation import markdown_table as ablation_table
-from mmvit5.ablation import summarize
-from mmvit5.benchmark.breakdown import (Launches, PartTime, Saved, launches_table, part_table,
-                                        saved_table)
-from mmvit5.benchmark.components import Component, ComponentTimes
-from mmvit5.benchmark.report import components_tables
-from mmvit5.benchmark.targets import Target, targets_table
-from mmvit5.results import NOT_RECORDED, fill_table, load_runs, results_table
+from .ablation import markdown_table as ablation_table
+from .ablation import summarize
+from .breakdown import Launches, PartTime, Saved, launches_table, part_table, saved_table
+from .components import Component, ComponentTimes
+from .report import components_tables
+from .results import NOT_RECORDED, fill_table, load_runs, results_table
+from .targets import Target, targets_table
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 RESULTS = osp.join(REPO, 'results')

@@ -77,3 +77,14 @@ def test_install_script_checks_what_requirements_txt_installs():
         installed = re.search(r'^EXTRAS=([\w,]+)', f.read(), re.MULTILINE).group(1).split(',')
     assert listed == ['runtime', *installed]
     assert set(installed) == set(check_env.EXTRA_IMPORTS)
+
+
+def test_runtime_package_imports_no_tool_code():
+    """import mmvit5 (what a config's custom_imports does) needs neither the measuring code
+    in benchmarks/ nor the tools' packages."""
+    code = ('import sys, mmvit5; print(sorted(m for m in sys.modules if m.split(".")[0] in '
+            f'{("benchmarks", *TOOL_ONLY[:-1])!r}))')
+    out = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == '[]'
+    assert not osp.exists(osp.join(REPO, 'mmvit5', 'benchmark'))

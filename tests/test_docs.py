@@ -14,7 +14,7 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 
 from conftest import REPO, run_tool, tool
-from mmvit5.results import begin_marker, end_marker
+from benchmarks.results import begin_marker, end_marker
 from mmvit5.utils import check_config
 
 sys.path.insert(0, REPO)  # benchmarks/ beside tools/, as the tools import it
