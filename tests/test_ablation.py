@@ -1,4 +1,5 @@
-"""configs/ablations/ and the toy ablation study (benchmarks/ablation.py, tools/ablation_study.py)."""
+"""configs/ablations/ and the toy ablation study (benchmarks/ablation.py,
+tools/ablation_study.py)."""
 import json
 
 import pytest
@@ -7,7 +8,7 @@ from mmengine.registry import DefaultScope, init_default_scope
 
 from conftest import REPO, config, run_tool, tool
 from benchmarks.ablation import (SWITCHES, ablation_configs, markdown_table, summarize,
-                             switch_override)
+                                 switch_override)
 
 RECIPES = {'vit5_maskrcnn_coco': 'mmdet', 'vit5_upernet_ade20k': 'mmseg'}
 

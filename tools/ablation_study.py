@@ -25,6 +25,7 @@ sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installe
 
 from benchmarks.ablation import (BASELINE, ablation_configs, markdown_table,  # noqa: E402
                                  run_study, summarize, switch_override)
+
 TASKS = {  # recipe, toy config, the metric the table reports
     'upernet': ('vit5_upernet_ade20k', 'configs/toy/vit5-tiny_upernet_shapes.py', 'mIoU'),
     'maskrcnn': ('vit5_maskrcnn_coco', 'configs/toy/vit5-tiny_maskrcnn_shapes.py',

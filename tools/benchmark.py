@@ -22,16 +22,16 @@ sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 
 from benchmarks.breakdown import breakdown_report  # noqa: E402
 from benchmarks.components import (COMPONENTS, PRETRAIN_SIZE,  # noqa: E402
-                                         component_times, select_components)
+                                   component_times, select_components)
 from benchmarks.core import Row, Setup, free_memory, progress  # noqa: E402
 from benchmarks.full_model import full_model_rows  # noqa: E402
 from benchmarks.peers import PEERS, VIT5_ARCHS, build_vit5, select_peers  # noqa: E402
 from benchmarks.peers import unavailable_reason  # noqa: E402
 from benchmarks.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
-                                     save_components_plot, save_plot)
+                               save_components_plot, save_plot)
 from benchmarks.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
 from benchmarks.targets import (detector_targets, row_targets,  # noqa: E402
-                                      targets_table, timed_targets)
+                                targets_table, timed_targets)
 from benchmarks.timing import matmul_gflop_s  # noqa: E402
 from benchmarks.train_loop import train_loop_report, train_loop_table  # noqa: E402
 
