@@ -10,14 +10,21 @@ from _mmvit5_hook import PTH_LINE, PTH_NAME
 here = os.path.dirname(os.path.abspath(__file__))
 
 
-def read_requirements():
-    # torch/mmcv are installed by tools/install.sh in a fixed order (mmcv must be compiled
-    # against the installed torch), so they are checked but not resolved by pip here.
+EXTRAS = ('tests', 'benchmark', 'deploy', 'docs')
+
+
+def read_requirements(name: str) -> list:
+    """The requirement lines of ``requirements/<name>.txt``.
+
+    torch/torchvision are installed by tools/install.sh in a fixed order (mmcv must match the
+    installed torch, and GPU users bring their own CUDA build), so they are checked by
+    tools/check_env.py but not resolved by pip here.
+    """
     names = []
-    with open(os.path.join(here, 'requirements.txt')) as f:
+    with open(os.path.join(here, 'requirements', f'{name}.txt')) as f:
         for line in f:
             line = line.split('#')[0].strip()
-            if line and not re.match(r'^(torch|torchvision|mmcv|pytest)\b', line):
+            if line and not re.match(r'^(torch|torchvision|mmcv)\b', line):
                 names.append(line)
     return names
 
@@ -55,5 +62,8 @@ setup(
     py_modules=['_mmvit5_hook'],
     cmdclass={'build_py': BuildWithPth},
     python_requires='>=3.9',
-    install_requires=read_requirements(),
+    install_requires=read_requirements('runtime'),
+    # pip install -e .[benchmark]: what a tool needs beyond the runtime; `all` is every extra
+    extras_require={**{name: read_requirements(name) for name in EXTRAS},
+                    'all': sorted({req for name in EXTRAS for req in read_requirements(name)})},
 )

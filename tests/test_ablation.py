@@ -1,4 +1,5 @@
-"""configs/ablations/ and the toy ablation study (mmvit5/ablation.py, tools/ablation_study.py)."""
+"""configs/ablations/ and the toy ablation study (benchmarks/ablation.py,
+tools/ablation_study.py)."""
 import json
 
 import pytest
@@ -6,7 +7,8 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 
 from conftest import REPO, config, run_tool, tool
-from mmvit5.ablation import SWITCHES, ablation_configs, markdown_table, summarize, switch_override
+from benchmarks.ablation import (SWITCHES, ablation_configs, markdown_table, summarize,
+                                 switch_override)
 
 RECIPES = {'vit5_maskrcnn_coco': 'mmdet', 'vit5_upernet_ade20k': 'mmseg'}
 
@@ -54,7 +56,6 @@ def test_summary_is_mean_and_spread_against_the_baseline():
         '-11.5 ± 2.1 (0/2) |' in table
 
 
-@pytest.mark.slow  # trains
 def test_study_tool_trains_a_variant_and_writes_the_table(tmp_path):
     out = tmp_path / 'study'
     log = run_tool(tool('ablation_study.py') + [

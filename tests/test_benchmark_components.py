@@ -1,13 +1,13 @@
-"""mmvit5/benchmark/components.py: every ViT-5 variant is built, exported to ONNX and timed in
+"""benchmarks/components.py: every ViT-5 variant is built, exported to ONNX and timed in
 eager and ONNX Runtime, in alternation, and the report gives each part's cost."""
 import math
 
 import pytest
 import torch
 
-from mmvit5.benchmark.components import FULL, component_times, select_components
-from mmvit5.benchmark.core import Setup
-from mmvit5.benchmark.report import components_tables, save_components_plot
+from benchmarks.components import FULL, component_times, select_components
+from benchmarks.core import Setup
+from benchmarks.report import components_tables, save_components_plot
 from mmvit5.models import ViT5
 
 pytestmark = pytest.mark.slow  # times components, eager and ONNX

@@ -157,8 +157,8 @@ def test_training_path_equals_the_unfused_model_on_cuda(window_size, autocast):
 def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
     from timm.models.vision_transformer import Block as TimmBlock
 
-    from mmvit5.benchmark.breakdown import saved_activations
-    from mmvit5.benchmark.core import Setup
+    from benchmarks.breakdown import saved_activations
+    from benchmarks.core import Setup
     setup = Setup(torch.device('cuda'), torch.bfloat16 if autocast else torch.float32, 1, 0, 1)
     model = ViT5(arch='base', img_size=512).cuda().train()
     grid = (32, 32)

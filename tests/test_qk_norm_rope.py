@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmvit5.benchmark.breakdown import observe_saved, saved_activations
-from mmvit5.benchmark.core import Setup
+from benchmarks.breakdown import observe_saved, saved_activations
+from benchmarks.core import Setup
 from mmvit5.models import ViT5
 from mmvit5.models.layers import Attention, apply_rope
 from mmvit5.models.layers.norm import RMSNorm

@@ -1,5 +1,5 @@
 """Train the ablations of configs/ablations/ on the generated shapes set, several seeds each,
-and write mean and spread (a toy study: see README, "Ablations (toy study)").
+and write mean and spread (a toy study: see docs/en/user_guides/ablations.md).
 
     python tools/ablation_study.py [--task upernet] [--variants all] [--seeds 0,1,2]
         [--iters 250] [--jobs 6] [--out work_dirs/ablations]
@@ -17,25 +17,21 @@ import os.path as osp
 import sys
 import time
 
+from make_toy_data import make_dataset
 from mmengine.config import Config
 
-from make_toy_data import make_dataset
-from mmvit5.ablation import (
-    BASELINE,
-    ablation_configs,
-    markdown_table,
-    run_study,
-    summarize,
-    switch_override,
-)
-
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
+
+from benchmarks.ablation import (BASELINE, ablation_configs, markdown_table,  # noqa: E402
+                                 run_study, summarize, switch_override)
+
 TASKS = {  # recipe, toy config, the metric the table reports
     'upernet': ('vit5_upernet_ade20k', 'configs/toy/vit5-tiny_upernet_shapes.py', 'mIoU'),
     'maskrcnn': ('vit5_maskrcnn_coco', 'configs/toy/vit5-tiny_maskrcnn_shapes.py',
                  'coco/bbox_mAP'),
 }
-# what the default run trains, sized for 2 shared CPU cores (README, "Ablations (toy study)"):
+# what the default run trains, sized for 2 shared CPU cores (docs/en/user_guides/ablations.md):
 # LayerScale from scratch, the switch most likely to move a 250-iteration toy run
 DEFAULT_VARIANTS = ('no-layer-scale', )
 

@@ -3,7 +3,7 @@
 
 The method (same threads, input and dtype for every row; medians; CPU memory from profiler
 events; fvcore FLOPs; alternated timing for the targets) is described in
-:mod:`mmvit5.benchmark`, which holds the machinery; this file only reads the flags.
+:mod:`benchmarks`, which holds the machinery; this file only reads the flags.
 
 Example: ``python tools/benchmark.py --models vit5-s,vit5-b --sizes 224,512,1024 --peers all``;
 ``--quick`` is the CI smoke preset.
@@ -20,20 +20,20 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 
-from mmvit5.benchmark.breakdown import breakdown_report  # noqa: E402
-from mmvit5.benchmark.components import (COMPONENTS, PRETRAIN_SIZE,  # noqa: E402
-                                         component_times, select_components)
-from mmvit5.benchmark.core import Row, Setup, free_memory, progress  # noqa: E402
-from mmvit5.benchmark.full_model import full_model_rows  # noqa: E402
-from mmvit5.benchmark.peers import PEERS, VIT5_ARCHS, build_vit5, select_peers  # noqa: E402
-from mmvit5.benchmark.peers import unavailable_reason  # noqa: E402
-from mmvit5.benchmark.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
-                                     save_components_plot, save_plot)
-from mmvit5.benchmark.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
-from mmvit5.benchmark.targets import (detector_targets, row_targets,  # noqa: E402
-                                      targets_table, timed_targets)
-from mmvit5.benchmark.timing import matmul_gflop_s  # noqa: E402
-from mmvit5.benchmark.train_loop import train_loop_report, train_loop_table  # noqa: E402
+from benchmarks.breakdown import breakdown_report  # noqa: E402
+from benchmarks.components import (COMPONENTS, PRETRAIN_SIZE,  # noqa: E402
+                                   component_times, select_components)
+from benchmarks.core import Row, Setup, free_memory, progress  # noqa: E402
+from benchmarks.full_model import full_model_rows  # noqa: E402
+from benchmarks.peers import PEERS, VIT5_ARCHS, build_vit5, select_peers  # noqa: E402
+from benchmarks.peers import unavailable_reason  # noqa: E402
+from benchmarks.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
+                               save_components_plot, save_plot)
+from benchmarks.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
+from benchmarks.targets import (detector_targets, row_targets,  # noqa: E402
+                                targets_table, timed_targets)
+from benchmarks.timing import matmul_gflop_s  # noqa: E402
+from benchmarks.train_loop import train_loop_report, train_loop_table  # noqa: E402
 
 DEFAULT_FULL_CONFIGS = 'configs/vit5_maskrcnn_coco.py,configs/vit5_upernet_ade20k.py'
 QUICK = dict(sizes='64', models='vit5-s', repeats=1, warmup=0, peers='timm-vit', matmul_size=1024)

@@ -1,9 +1,11 @@
 """Check that the mmvit5 stack is installed and usable.
 
-Exit status 0 when torch and torchvision lie in the supported ranges of ``requirements.txt``,
-every ``==`` pin there is installed at that version, mmcv 2.1.0 imports ``mmcv.ops`` (compiled,
-or served from torchvision by mmvit5's start-up hook, without importing mmvit5), the
-OpenMMLab packages import, and ``mmvit5`` resolves to the checkout given by ``--repo``.
+Exit status 0 when torch and torchvision lie in the supported ranges of
+``requirements/runtime.txt``, every ``==`` pin of the runtime and of the checked extras
+(``requirements/<extra>.txt``, ``--extras``) is installed at that version, mmcv 2.1.0 imports
+``mmcv.ops`` (compiled, or served from torchvision by mmvit5's start-up hook, without importing
+mmvit5), the OpenMMLab packages and the extras' modules import, and ``mmvit5`` resolves to the
+checkout given by ``--repo``.
 ``tools/install.sh`` calls this first, so a complete environment costs one check.
 """
 import argparse
@@ -12,11 +14,18 @@ import os
 import re
 import sys
 from importlib import metadata
+from typing import List, Sequence
 
 MMCV_VERSION = '2.1.0'
 # mmcv.ops before mmvit5: it must import through the .pth hook alone
 IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'fairscale', 'pycocotools',
-           'ftfy', 'regex', 'onnx', 'onnxruntime', 'onnxscript']
+           'ftfy', 'regex']
+# what each extra of setup.py (requirements/<extra>.txt) must make importable
+EXTRA_IMPORTS = {'tests': ['pytest'], 'benchmark': ['timm', 'fvcore', 'matplotlib'],
+                 'deploy': ['onnx', 'onnxruntime', 'onnxscript'],
+                 'docs': ['sphinx', 'myst_parser', 'sphinx_rtd_theme']}
+# without --extras: what a GPU image with the wheels of tools/make_wheels.sh has (no docs)
+DEFAULT_EXTRAS = 'tests,benchmark,deploy'
 INSTALL_TORCH = ('pip install torch==2.14.1 torchvision==0.29.1 (or the CUDA build of a torch '
                  'in the range with its matching torchvision), then rerun bash tools/install.sh')
 
@@ -34,6 +43,24 @@ def requirements(path: str) -> dict:
             if match:
                 found[match.group(1)] = re.findall(r'(==|>=|<)([^,\s#;]+)', match.group(2))
     return found
+
+
+def requirement_files(repo: str, extras: Sequence[str]) -> dict:
+    """The ranges and pins of ``requirements/runtime.txt`` and of each extra's file."""
+    found = {}
+    for name in ('runtime', *extras):
+        found.update(requirements(os.path.join(repo, 'requirements', f'{name}.txt')))
+    return found
+
+
+def parse_extras(spec: str) -> List[str]:
+    """``'tests,docs'`` -> ``['tests', 'docs']``; ``'all'`` -> every extra; ``''`` -> none."""
+    extras = list(EXTRA_IMPORTS) if spec == 'all' else [e for e in spec.split(',') if e]
+    unknown = [e for e in extras if e not in EXTRA_IMPORTS]
+    if unknown:
+        raise ValueError(f'--extras {spec!r}: unknown extra(s) {unknown}; choose a comma list '
+                         f'of {list(EXTRA_IMPORTS)}, or all')
+    return extras
 
 
 def satisfies(installed: str, specs) -> bool:
@@ -83,8 +110,8 @@ def mmcv_problems(mmcv_ops: str) -> list:
     return []
 
 
-def problems(repo: str, mmcv_ops: str) -> list:
-    reqs = requirements(os.path.join(repo, 'requirements.txt'))
+def problems(repo: str, mmcv_ops: str, extras: Sequence[str]) -> list:
+    reqs = requirement_files(repo, extras)
     found = torch_problems(reqs) + mmcv_problems(mmcv_ops)
     for name, specs in reqs.items():
         if name in ('torch', 'torchvision') or not any(op == '==' for op, _ in specs):
@@ -96,7 +123,8 @@ def problems(repo: str, mmcv_ops: str) -> list:
             continue
         if not satisfies(installed, specs):
             found.append(f'{name} {installed} is installed, want {specs[0][1]}')
-    for module in IMPORTS + ['mmvit5']:
+    extra_imports = [module for extra in extras for module in EXTRA_IMPORTS[extra]]
+    for module in IMPORTS + extra_imports + ['mmvit5']:
         try:
             imported = importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
@@ -117,19 +145,26 @@ def main() -> int:
     parser.add_argument('--mmcv-ops', choices=('torchvision', 'compiled'), default='torchvision',
                         help='compiled: require mmcv\'s own compiled ops (torchvision accepts '
                              'either)')
+    parser.add_argument('--extras', default=DEFAULT_EXTRAS,
+                        help=f'extras of setup.py to check besides the runtime: a comma list of '
+                             f'{list(EXTRA_IMPORTS)}, all, or "" (default: {DEFAULT_EXTRAS})')
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument('--torch-only', action='store_true', help='check torch/torchvision only')
     scope.add_argument('--mmcv-only', action='store_true', help='check mmcv only')
     parser.add_argument('--quiet', action='store_true', help='print nothing, exit status only')
     args = parser.parse_args()
+    try:
+        extras = parse_extras(args.extras)
+    except ValueError as exc:
+        parser.error(str(exc))
     # the checkout itself must not shadow the installed package during the check
     sys.path = [p for p in sys.path if os.path.realpath(p or '.') != os.path.realpath(args.repo)]
     if args.torch_only:
-        found = torch_problems(requirements(os.path.join(args.repo, 'requirements.txt')))
+        found = torch_problems(requirement_files(args.repo, []))
     elif args.mmcv_only:
         found = mmcv_problems(args.mmcv_ops)
     else:
-        found = problems(args.repo, args.mmcv_ops)
+        found = problems(args.repo, args.mmcv_ops, extras)
     if not args.quiet:
         for line in found:
             print(f'[check_env] {line}')

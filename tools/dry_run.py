@@ -9,12 +9,18 @@ checkpoint needed) and images synthetic (no dataset needed). ``--shrink`` runs t
 recipe with a tiny backbone and heads: a smoke check of the config, not its cost.
 """
 import argparse
+import os.path as osp
+import sys
 
 import torch
 from mmengine.config import DictAction
 
-from mmvit5.benchmark.dry_run import dry_run, report
 from mmvit5.utils import load_config, shrink_model
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
+
+from benchmarks.dry_run import dry_run, report  # noqa: E402
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ Writes the ONNX file, then reports the largest |ONNX Runtime - PyTorch| at the e
 with ``--dynamic``, at other sizes), that the graph holds no complex value, and ONNX Runtime's
 latency against PyTorch eager (median of alternated rounds). Exits 1 when an error is above
 ``--atol``. Detector configs export ``neck`` (backbone + neck): the RoI heads go through
-mmdeploy (README, "Deployment (ONNX)").
+mmdeploy (docs/en/user_guides/onnx.md).
 """
 import argparse
 import os
@@ -24,18 +24,10 @@ sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 
 from mmengine.config import Config, DictAction  # noqa: E402
 
-from mmvit5.benchmark.core import Setup, forward_step  # noqa: E402
-from mmvit5.benchmark.timing import interleaved_latencies  # noqa: E402
-from mmvit5.deploy import (  # noqa: E402
-    PARTS,
-    build_part,
-    check_sides,
-    coarsest_stride,
-    errors_at,
-    example_input,
-    export_onnx,
-    ort_session,
-)
+from benchmarks.core import Setup, forward_step  # noqa: E402
+from benchmarks.timing import interleaved_latencies  # noqa: E402
+from mmvit5.deploy import (PARTS, build_part, check_sides, coarsest_stride,  # noqa: E402
+                           errors_at, example_input, export_onnx, ort_session)
 from mmvit5.deploy.onnx import run_session  # noqa: E402
 
 

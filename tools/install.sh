@@ -2,13 +2,16 @@
 # Install mmvit5 and its pinned OpenMMLab stack into the active Python. No compiler needed.
 #
 # Idempotent: when everything is already installed this is one check and nothing else.
-#   1. torch: an installed torch inside the supported range (requirements.txt) is kept with its
-#      torchvision (GPU users bring their CUDA build); none installed -> the default pair below.
+#   1. torch: an installed torch inside the supported range (requirements/runtime.txt) is kept
+#      with its torchvision (GPU users bring their CUDA build); none installed -> the default
+#      pair below.
 #   2. mmcv 2.1.0: by default its Python-only build (`MMCV_WITH_OPS=0`, distribution name
 #      `mmcv-lite`, ~15 s); mmvit5 serves the compiled ops it needs from torchvision. With
 #      MMCV_OPS=compiled, its C++ (and with FORCE_CUDA=1, CUDA) ops are built against the
 #      installed torch instead (13-19 min on 2 cores). Either wheel is cached per torch.
-#   3. mmengine, mmdet, mmsegmentation, mmpretrain and the rest of requirements.txt.
+#   3. mmengine, mmdet, mmsegmentation, mmpretrain and the rest of the runtime, with every extra
+#      of setup.py (tests, benchmark, deploy, docs: requirements.txt lists their files), since
+#      the quickstart and the test suite use them all.
 #   4. mmvit5 itself (editable) and its start-up file `mmvit5-mmcv-ext.pth`, which lets every
 #      Python process of the environment import mmcv.ops without compiled ops.
 #
@@ -32,8 +35,11 @@ case "$OPS" in torchvision|compiled) ;; *)
   exit 2 ;;
 esac
 
-# 0. Already done? One check covers versions, the mmcv ops backend and this checkout.
-if "$PY" "$here/tools/check_env.py" --quiet --repo "$here" --mmcv-ops "$OPS" 2>/dev/null; then
+EXTRAS=tests,benchmark,deploy,docs  # the extras of setup.py that requirements.txt installs
+
+# 0. Already done? One check covers versions, extras, the mmcv ops backend and this checkout.
+if "$PY" "$here/tools/check_env.py" --quiet --repo "$here" --mmcv-ops "$OPS" --extras "$EXTRAS" \
+    2>/dev/null; then
   say "environment already complete (tools/check_env.py); nothing to do"
   exit 0
 fi
@@ -63,7 +69,7 @@ else:
   wheel=$(ls "$cache"/mmcv*.whl 2>/dev/null | head -n 1 || true)
   if [ -z "$wheel" ]; then
     # a fresh Python's setuptools may predate its own bdist_wheel; ninja parallelises the C++
-    "${pip[@]}" install "$(grep -E '^setuptools' "$here/requirements.txt")" wheel \
+    "${pip[@]}" install "$(grep -E '^setuptools' "$here/requirements/runtime.txt")" wheel \
       $([ "$OPS" = compiled ] && echo ninja)
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
@@ -114,7 +120,7 @@ fi
 # 3. The rest of the pinned stack, resolved together with the new mmcv wheel (its runtime
 #    dependencies, e.g. opencv, come with it). --no-cache-dir: pip's wheel cache does not key
 #    on the torch version.
-say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, fairscale and helpers"
+say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, fairscale, helpers and extras"
 "${pip[@]}" install --no-cache-dir -r "$here/requirements.txt" ${wheel:+"$wheel"}
 
 # 4. mmvit5 itself, editable, so custom_imports=['mmvit5'] works from any directory, and the
@@ -123,5 +129,5 @@ say "step 4/4: mmvit5 (editable) and its mmcv.ops start-up file"
 "${pip[@]}" install --no-deps --no-build-isolation -e "$here"
 "$PY" "$here/_mmvit5_hook.py" >/dev/null
 
-"$PY" "$here/tools/check_env.py" --repo "$here" --mmcv-ops "$OPS"
+"$PY" "$here/tools/check_env.py" --repo "$here" --mmcv-ops "$OPS" --extras "$EXTRAS"
 say "done in $(($(date +%s) - start)) s"

@@ -4,10 +4,11 @@ at regular intervals, and record the curves (a script, not a timed test).
     python tools/learning_curves.py --iters 600 --val-every 150 --out work_dirs/learning
 
 Writes ``<out>/curves.png`` (loss and mAP / mIoU over iterations), ``<out>/curves.md`` (the
-table the README quotes) and the work dirs of both runs. Chance level on this set: a detector
-that predicts nothing (or random boxes) scores 0 mAP; a segmentor that paints every pixel
-background scores about 25 mIoU (mmseg reports percent) over the four present classes (100 IoU on
-background, 0 on the three shapes), which the table shows as the baseline.
+table of docs/en/get_started/quickstart.md) and the work dirs of both runs. Chance level on
+this set: a detector that predicts nothing (or random boxes) scores 0 mAP; a segmentor that
+paints every pixel background scores about 25 mIoU (mmseg reports percent) over the four
+present classes (100 IoU on background, 0 on the three shapes), which the table shows as the
+baseline.
 """
 import argparse
 import json

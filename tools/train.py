@@ -7,9 +7,16 @@ The registry scope (mmdet, mmseg) comes from the config's ``default_scope``.
 """
 import argparse
 import os.path as osp
+import sys
 
-from mmvit5.results import record_run
-from mmvit5.utils import add_runner_args, build_runner, config_from_args, enable_amp, enable_resume
+from mmvit5.utils import (add_runner_args, build_runner, config_from_args, enable_amp,
+                          enable_resume)
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # benchmarks/ beside tools/
+try:  # the results harness lives in the checkout, not in the installed runtime
+    from benchmarks.results import record_run
+except ImportError:  # this file copied out of a checkout: train without the run record
+    record_run = None
 
 
 def parse_args():
@@ -32,7 +39,7 @@ def main():
     if args.auto_scale_lr:
         cfg.auto_scale_lr.enable = True
     runner = build_runner(cfg)
-    if runner.rank == 0:  # config and commit, for tools/collect_results.py
+    if runner.rank == 0 and record_run:  # config and commit, for tools/collect_results.py
         record_run(cfg.work_dir, args.config, cfg.train_cfg.get('max_iters', 0))
     runner.train()
     if runner.rank == 0:

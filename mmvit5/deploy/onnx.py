@@ -121,7 +121,7 @@ def run_session(session, x: torch.Tensor) -> List[np.ndarray]:
 
 
 def max_abs_error(model: nn.Module, session, x: torch.Tensor) -> float:
-    """Largest |ONNX Runtime - PyTorch| over all outputs of ``model`` and ``session`` on ``x``.
+    """Largest ``|ONNX Runtime - PyTorch|`` over all outputs of ``model`` and ``session`` on ``x``.
 
     Raises:
         ValueError: When the two give different numbers or shapes of outputs.

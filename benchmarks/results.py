@@ -1,11 +1,12 @@
 """Results harness: what a finished work dir measured, and the README results table.
 
-``tools/train.py`` records the config and the mmvit5 commit of each run in the work dir
-(:func:`record_run`); :func:`collect_runs` reads them back with the latest evaluation: the
-metrics ``tools/test.py`` wrote into the same work dir, else the last validation of training.
-:func:`results_table` puts the runs next to the published anchors; a recipe without a run
-reads "not yet measured", and a run of any other config (a smoke run, a toy run) is listed
-under its own name, never as a shipped recipe.
+``tools/train.py`` records the config, the mmvit5 commit, the date and the machine of each run
+in the work dir (:func:`record_run`); :func:`collect_runs` reads them back with the latest
+evaluation: the metrics ``tools/test.py`` wrote into the same work dir, else the last
+validation of training. :func:`save_runs` keeps them in ``results/runs.json``, from which
+``tools/make_tables.py`` writes the table. :func:`results_table` puts the runs next to the
+published anchors; a recipe without a run reads "not yet measured", and a run of any other
+config (a smoke run, a toy run) is listed under its own name, never as a shipped recipe.
 """
 import glob
 import json
@@ -13,13 +14,25 @@ import os
 import os.path as osp
 import re
 import subprocess
-from dataclasses import dataclass, field
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 RUN_FILE = 'mmvit5_run.json'
 NOT_MEASURED = 'not yet measured'
-BEGIN = '<!-- results table: written by tools/collect_results.py -->'
-END = '<!-- end of results table -->'
+NOT_RECORDED = 'not recorded'
+
+
+def begin_marker(name: str) -> str:
+    """The comment line after which a generated table ``name`` starts in a Markdown file."""
+    return f'<!-- {name} table: generated from results/ by tools/make_tables.py; do not edit -->'
+
+
+def end_marker(name: str) -> str:
+    return f'<!-- end of {name} table -->'
+
+
+BEGIN, END = begin_marker('results'), end_marker('results')
 # (metric keys, how the table shows them): mmdet reports AP as a fraction, mmseg mIoU in %
 METRICS = ((('coco/bbox_mAP', 'coco/segm_mAP'), 100.0), (('mIoU', ), 1.0))
 
@@ -65,6 +78,8 @@ class Run:
     iters: int  # iterations trained
     metrics: Dict[str, float] = field(default_factory=dict)
     evaluated_by: str = ''  # 'test' (tools/test.py) or 'val' (validation during training)
+    date: str = NOT_RECORDED  # UTC date the training started
+    machine: str = NOT_RECORDED  # e.g. '8 x NVIDIA H100 80GB HBM3'
 
 
 def git_commit(path: str) -> str:
@@ -80,11 +95,21 @@ def git_commit(path: str) -> str:
     return commit + ('+dirty' if dirty else '')
 
 
+def machine() -> str:
+    """The devices a run trains on: 'N x <GPU name>' with CUDA, else the CPU count."""
+    import torch
+    if torch.cuda.is_available():
+        return f'{torch.cuda.device_count()} x {torch.cuda.get_device_name()}'
+    return f'CPU, {os.cpu_count()} cores'
+
+
 def record_run(work_dir: str, config_path: str, max_iters: int) -> None:
-    """Write what the harness needs and the work dir does not say: config and commit."""
+    """Write what the harness needs and the work dir does not say: config, commit, date and
+    machine."""
     os.makedirs(work_dir, exist_ok=True)
     info = dict(config=osp.basename(config_path), config_path=osp.abspath(config_path),
-                commit=git_commit(osp.dirname(osp.abspath(__file__))), max_iters=max_iters)
+                commit=git_commit(osp.dirname(osp.abspath(__file__))), max_iters=max_iters,
+                date=time.strftime('%Y-%m-%d', time.gmtime()), machine=machine())
     with open(osp.join(work_dir, RUN_FILE), 'w') as f:
         json.dump(info, f, indent=1)
 
@@ -106,7 +131,8 @@ def read_run(work_dir: str) -> Run:
                                 'dirs of tools/train.py runs (which record config and commit)')
     with open(info_path) as f:
         info = json.load(f)
-    run = Run(work_dir, info['config'], info['commit'], info['max_iters'], iters=0)
+    run = Run(work_dir, info['config'], info['commit'], info['max_iters'], iters=0,
+              date=info.get('date', NOT_RECORDED), machine=info.get('machine', NOT_RECORDED))
     last = osp.join(work_dir, 'last_checkpoint')
     if osp.isfile(last):  # the logger may skip the final iteration; the last save does not
         with open(last) as f:
@@ -154,32 +180,61 @@ def format_metrics(run: Run) -> str:
     return f'no evaluation yet ({run.iters:,} of {run.max_iters:,} it)'
 
 
+def _provenance(run: Run) -> str:
+    return f'{run.commit}, {run.date}, {run.machine}'
+
+
 def results_table(runs: Sequence[Run]) -> str:
     """The README results table: every anchor, then every run of another config."""
     latest = {run.config: run for run in runs}  # a later work dir of a config wins
-    lines = ['| task | model | published | config | mmvit5 | commit |',
+    lines = ['| task | model | published | config | mmvit5 | commit, date, machine |',
              '|---|---|---|---|---|---|']
     for anchor in ANCHORS:
         run = latest.pop(anchor.config, None) if anchor.config else None
         config = f'`{anchor.config}`' if anchor.config else '-'
         measured = format_metrics(run) if run else (NOT_MEASURED if anchor.config else '-')
         lines.append(f'| {anchor.task} | {anchor.model} | {anchor.published} | {config} | '
-                     f'{measured} | {run.commit if run else "-"} |')
+                     f'{measured} | {_provenance(run) if run else "-"} |')
     for run in latest.values():
         task = ADE if 'mIoU' in run.metrics else COCO
         lines.append(f'| {task} | (not a shipped recipe) | - | `{run.config}` | '
-                     f'{format_metrics(run)} | {run.commit} |')
+                     f'{format_metrics(run)} | {_provenance(run)} |')
     return '\n'.join(lines)
 
 
-def write_into(path: str, table: str) -> None:
-    """Replace the table between the :data:`BEGIN` and :data:`END` markers of ``path``."""
+def save_runs(path: str, runs: Sequence[Run]) -> List[Run]:
+    """Add ``runs`` to the records of ``path`` (a run of the same work dir replaces its
+    record); returns every record, oldest first."""
+    kept = {run.work_dir: run for run in load_runs(path) + list(runs)}
+    with open(path, 'w') as f:
+        json.dump([asdict(run) for run in kept.values()], f, indent=1)
+        f.write('\n')
+    return list(kept.values())
+
+
+def load_runs(path: str) -> List[Run]:
+    """The run records of ``path``; none when the file does not exist yet."""
+    if not osp.isfile(path):
+        return []
+    with open(path) as f:
+        return [Run(**record) for record in json.load(f)]
+
+
+def fill_table(text: str, name: str, table: str, where: str = 'the text') -> str:
+    """``text`` with the generated table ``name`` (between its :func:`begin_marker` and
+    :func:`end_marker` lines) replaced by ``table``."""
+    begin, end = begin_marker(name), end_marker(name)
+    if begin not in text or end not in text:
+        raise ValueError(f'{where} has no markers for the {name} table; put the lines {begin!r} '
+                         f'and {end!r} where the table goes')
+    head, rest = text.split(begin, 1)
+    return f'{head}{begin}\n{table}\n{end}{rest.split(end, 1)[1]}'
+
+
+def write_into(path: str, table: str, name: str = 'results') -> None:
+    """Replace the generated table ``name`` in the Markdown file ``path``."""
     with open(path) as f:
         text = f.read()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f'{path} has no results table markers; put the lines {BEGIN!r} and '
-                         f'{END!r} where the table goes')
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
+    text = fill_table(text, name, table, path)
     with open(path, 'w') as f:
-        f.write(f'{head}{BEGIN}\n{table}\n{END}{tail}')
+        f.write(text)

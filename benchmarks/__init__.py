@@ -1,5 +1,9 @@
-"""Benchmark machinery behind ``tools/benchmark.py``: throughput, latency, memory and FLOP
-efficiency of the ViT-5 backbone next to its peers.
+"""What the measuring tools drive, outside the installed mmvit5 package (nothing in mmvit5
+imports it; the tools put this checkout on ``sys.path``): the benchmark machinery behind
+``tools/benchmark.py`` and ``tools/dry_run.py`` (throughput, latency, memory and FLOP
+efficiency of the ViT-5 backbone next to its peers), the toy ablation study
+(:mod:`.ablation`), the results harness (:mod:`.results`) and the tables generated from
+results/ (:mod:`.tables`).
 
 Measurement method (one run, one process, so every row sees the same machine state):
 
@@ -37,5 +41,6 @@ Measurement method (one run, one process, so every row sees the same machine sta
 
 Modules: :mod:`.core` (run and row records, inputs, steps), :mod:`.peers`, :mod:`.timing`,
 :mod:`.memory`, :mod:`.flops`, :mod:`.rows` (backbone rows and variants), :mod:`.full_model`,
-:mod:`.targets`, :mod:`.report`.
+:mod:`.targets`, :mod:`.report`, :mod:`.breakdown`, :mod:`.components`, :mod:`.train_loop`,
+:mod:`.dry_run`.
 """

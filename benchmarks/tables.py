@@ -1,0 +1,180 @@
+"""The measured tables of the README and the docs, generated from the raw files in results/.
+
+Every table sits between the comment lines :func:`benchmarks.results.begin_marker` and
+:func:`~benchmarks.results.end_marker` of its name in a Markdown file; :func:`render` makes its
+text from one results file, with a caption that says the machine, the date and the commit
+(from the file's own ``meta``, else ``results/provenance.json``, else "not recorded").
+``tools/make_tables.py`` rewrites them (:func:`expected_text`); ``tests/test_docs.py`` checks
+that the committed files are what it would write.
+
+Kinds of results files:
+
+* ``tools/benchmark.py --json`` output: ``targets`` (``--targets`` / ``--detector-targets``),
+  ``breakdown`` (``--breakdown``), ``components`` (``--components``);
+* ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
+* ``runs.json`` (``tools/collect_results.py --save``): the README results table;
+* ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
+  copied cell by cell with the commit that reported them (``tables``).
+"""
+import json
+import os.path as osp
+import re
+from typing import Callable, Dict, NamedTuple
+
+from .ablation import markdown_table as ablation_table
+from .ablation import summarize
+from .breakdown import Launches, PartTime, Saved, launches_table, part_table, saved_table
+from .components import Component, ComponentTimes
+from .report import components_tables
+from .results import NOT_RECORDED, fill_table, load_runs, results_table
+from .targets import Target, targets_table
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+RESULTS = osp.join(REPO, 'results')
+PROVENANCE = 'provenance.json'
+MARKER = re.compile(r'<!-- (\S+) table: generated from results/')
+
+
+def load(name: str, results: str = RESULTS) -> dict:
+    with open(osp.join(results, name)) as f:
+        return json.load(f)
+
+
+def provenance(name: str, data: dict, results: str = RESULTS) -> Dict[str, str]:
+    """machine, date, commit (and command, note, reported_in where known) of a results file."""
+    recorded = load(PROVENANCE, results).get(name, {}) if osp.isfile(
+        osp.join(results, PROVENANCE)) else {}
+    meta = data.get('meta', {}) if isinstance(data, dict) else {}
+    found = {key: meta.get(key, recorded.get(key)) for key in
+             ('machine', 'date', 'commit', 'command', 'note', 'reported_in', 'source')}
+    found['machine'] = found['machine'] or meta.get('device')
+    for key in ('machine', 'date', 'commit'):
+        found[key] = found[key] or NOT_RECORDED
+    return found
+
+
+def caption(name: str, data: dict, results: str = RESULTS) -> str:
+    """One italic line under a table: where, when, at which commit, from which file."""
+    about = provenance(name, data, results)
+    parts = [f'machine: {about["machine"]}', f'date: {about["date"]}',
+             f'commit: {about["commit"]}']
+    if about['reported_in']:
+        parts.append(f'first reported in commit {about["reported_in"]}')
+    if about['command']:
+        parts.append(f'command: `{about["command"]}`')
+    if about['note']:
+        parts.append(about['note'])
+    source = f'; {about["source"]}' if about['source'] else ''
+    return f'*Data: `results/{name}`{source}. ' + '; '.join(parts) + '.*'
+
+
+def _meta_line(data: dict) -> str:
+    meta = data.get('meta', {})
+    settings = [meta.get('device'), meta.get('dtype'),
+                f'batch {meta["batch"]}' if 'batch' in meta else None,
+                f'torch {meta["torch"]}' if 'torch' in meta else None,
+                f'onnxruntime {meta["onnxruntime"]}' if 'onnxruntime' in meta else None]
+    return ', '.join(s for s in settings if s)
+
+
+def targets(data: dict) -> str:
+    """The target ratios of a ``--targets`` / ``--detector-targets`` run."""
+    found = [Target(**{k: v for k, v in t.items() if k != 'met'}) for t in data['targets']]
+    return targets_table(found, data['meta']['target_rounds'])
+
+
+def breakdown(data: dict) -> str:
+    """Per size: time per part, launches, and what each block keeps for backward."""
+    text = []
+    rounds = data['meta'].get('rounds')
+    for size, found in data['breakdown'].items():
+        times = [PartTime(**t) for t in found['times']]
+        counted = [Launches(**c) for c in found['launches']]
+        saved = [Saved(**{**s, 'shape': tuple(s['shape'])}) for s in found['saved']]
+        text.append(f'**{size}x{size}, time per part** (median of {rounds} alternated rounds)'
+                    f'\n\n{part_table(times)}\n\n**{size}x{size}, forward + backward '
+                    f'launches**\n\n{launches_table(counted)}\n\n**{size}x{size}, kept for '
+                    f'backward**\n\n{saved_table(saved)}')
+    return '\n\n'.join(text)
+
+
+def components(data: dict) -> str:
+    """Latency of every variant, then the cost of each part (``--components``)."""
+    parts = [Component(**c) for c in data['components']]
+    times = [ComponentTimes(**t) for t in data['times']]
+    return components_tables(times, parts).rstrip()
+
+
+def ablations(data: dict) -> str:
+    """The toy ablation study: every variant's metric over seeds, against the baseline."""
+    return ablation_table(data['results'], summarize(data['results'], data['metric']),
+                          data['metric'], data.get('seconds'))
+
+
+def transcribed(data: dict) -> str:
+    """Tables copied cell by cell from an earlier README."""
+    out = []
+    for table in data['tables']:
+        lines = ['| ' + ' | '.join(table['columns']) + ' |',
+                 '|' + '---|' * len(table['columns'])]
+        lines += ['| ' + ' | '.join(row) + ' |' for row in table['rows']]
+        out.append('\n'.join(lines))
+    return '\n\n'.join(out)
+
+
+class Table(NamedTuple):
+    """A generated table: the results file it reads and how it renders it."""
+    source: str  # path under results/
+    render: Callable[[dict], str]
+    settings: bool = True  # add the file's run settings (device, dtype, batch, torch)
+
+
+TABLES: Dict[str, Table] = {
+    'cpu-targets': Table('cpu_training/targets.json', targets),
+    'cpu-targets-512': Table('cpu_training/targets512.json', targets),
+    'cpu-detector-target': Table('cpu_training/detector.json', targets),
+    'h200-targets': Table('gpu_h200/targets.json', targets),
+    'h200-targets-compiled': Table('gpu_h200/targets_compiled.json', targets),
+    'h200-detector-target': Table('gpu_h200/detector.json', targets),
+    'cpu-breakdown-512': Table('cpu_training/breakdown512.json', breakdown),
+    'cpu-breakdown': Table('cpu_training/breakdown.json', breakdown),
+    'h200-breakdown': Table('gpu_h200/breakdown.json', breakdown),
+    'components-1024-train': Table('components_1024_train.json', components),
+    'ablations-toy': Table('ablations_toy.json', ablations),
+    'cpu-benchmark': Table('transcribed/cpu_benchmark_2026-12-03.json', transcribed),
+    'cpu-targets-forward': Table('transcribed/cpu_targets_2026-12-03.json', transcribed),
+    'saved-per-block': Table('transcribed/saved_per_block.json', transcribed),
+    'components-224-512': Table('transcribed/components_224_512.json', transcribed),
+    'components-512-1024': Table('transcribed/components_512_1024.json', transcribed),
+    'onnx-export': Table('transcribed/onnx_export_2026-12-04.json', transcribed),
+    'learning-curves': Table('transcribed/learning_curves.json', transcribed),
+}
+
+
+def render(name: str, results: str = RESULTS) -> str:
+    """The text between the markers of table ``name``: settings, table, caption."""
+    if name == 'results':  # the README table: anchors and the recorded runs
+        runs = load_runs(osp.join(results, 'runs.json'))
+        note = ('*Data: `results/runs.json` (`tools/collect_results.py --save`); no run '
+                'recorded yet: the build machines have neither the datasets nor a GPU.*'
+                if not runs else '*Data: `results/runs.json` (`tools/collect_results.py '
+                '--save`); commit, date and machine per run.*')
+        return f'{results_table(runs)}\n\n{note}'
+    if name not in TABLES:
+        raise KeyError(f'no generated table named {name!r}; known: results, '
+                       f'{", ".join(TABLES)} (benchmarks/tables.py TABLES)')
+    table = TABLES[name]
+    data = load(table.source, results)
+    settings = _meta_line(data) if table.settings else ''
+    head = f'{settings}\n\n' if settings else ''
+    return f'{head}{table.render(data)}\n\n{caption(table.source, data, results)}'
+
+
+def expected_text(path: str, results: str = RESULTS) -> str:
+    """The Markdown file ``path`` with each of its generated tables rendered anew."""
+    with open(path) as f:
+        text = f.read()
+    for name in MARKER.findall(text):
+        text = fill_table(text, name, render(name, results), path)
+    return text
+

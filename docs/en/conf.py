@@ -1,0 +1,26 @@
+"""Sphinx configuration of the mmvit5 docs (Markdown pages through myst-parser, as OpenMMLab).
+
+Build: ``sphinx-build -W -b html docs/en docs/en/_build/html`` (tests/test_docs.py does, with
+warnings as errors).
+"""
+import os
+import sys
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+sys.path.insert(0, REPO)  # the API page documents this checkout's mmvit5
+
+project = 'mmvit5'
+copyright = '2026, mmvit5 contributors'
+author = 'mmvit5 contributors'
+version = release = open(os.path.join(REPO, 'mmvit5', 'version.py')).read().split("'")[1]
+
+extensions = ['myst_parser', 'sphinx.ext.autodoc', 'sphinx.ext.napoleon', 'sphinx.ext.viewcode']
+source_suffix = {'.rst': 'restructuredtext', '.md': 'markdown'}
+exclude_patterns = ['_build']
+myst_heading_anchors = 3  # [text](page.md#a-heading) links, checked at build time
+napoleon_google_docstring = True  # the code's docstrings use `Args:` / `Returns:` sections
+napoleon_numpy_docstring = False
+autodoc_member_order = 'bysource'
+autodoc_typehints = 'description'
+html_theme = 'sphinx_rtd_theme'
+html_static_path = ['_static']
