@@ -21,6 +21,7 @@ from .version import __version__  # noqa: E402
 
 compat.allow_mmengine_checkpoints()
 compat.allow_cpu_distributed()
+compat.allow_cpu_slurm()
 compat.crash_safe_checkpoints()
 compat.contiguous_roi_align()
 
