@@ -177,3 +177,5 @@ def test_startup_failure_on_one_node_ends_every_rank(toy_root, tmp_path, fault):
     (code0, out0), (code1, out1) = launch_nodes([good, bad], toy_root, timeout=300)
     assert code1 != 0 and error in out1, out1[-3000:]
     assert code0 != 0, out0[-3000:]
+    if fault == 'bad config':  # node 0 gave up waiting for node 1 after the set timeout
+        assert 'wait timeout after 60000ms' in out0, out0[-3000:]
