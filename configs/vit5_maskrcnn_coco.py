@@ -14,7 +14,9 @@ _base_ = [
 ]
 custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
 # exact resume: the RNG states (drop path, proposal sampling) travel with the checkpoints
-custom_hooks = [dict(type='RNGStateHook')]
+# and, when distributed, the same model on every rank and a resume on another world size
+custom_hooks = [dict(type='RNGStateHook'), dict(type='StateDictConsistencyHook'),
+                dict(type='WorldSizeChangeHook')]
 
 image_size = (1024, 1024)
 arch = 'base'

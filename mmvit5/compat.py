@@ -16,6 +16,7 @@ import importlib.util
 import logging
 import os
 import pickle
+import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Optional, Tuple
@@ -222,6 +223,44 @@ def allow_cpu_distributed() -> None:
     init_dist_pytorch._mmvit5 = True
     dist_utils._init_dist_pytorch = init_dist_pytorch
     MMDistributedDataParallel.__init__ = ddp_init_cpu_aware
+
+
+# mmengine releases whose ``_init_dist_slurm`` calls ``torch.cuda.set_device`` unconditionally:
+# every release up to 0.10.7, the newest checked. A later one is left alone until checked.
+@upstream_patch('mmengine>=0.10.0,<=0.10.7',
+                reason="mmengine's slurm launcher calls torch.cuda.set_device before "
+                'init_process_group whatever the backend, so CPU partitions fail')
+def allow_cpu_slurm() -> None:
+    """Let mmengine's ``slurm`` launcher run on nodes without CUDA (gloo backend).
+
+    mmengine <= 0.10.7 sets the CUDA device before ``init_process_group`` whatever the backend,
+    so ``srun python tools/train.py ... --launcher=slurm`` dies with "Found no NVIDIA driver"
+    on a CPU partition. Without CUDA, SLURM's task variables are mapped onto torchrun's
+    (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``; ``MASTER_ADDR`` the job's first node and
+    ``MASTER_PORT`` 29500 unless set) and the ``pytorch`` initialisation runs, which
+    :func:`allow_cpu_distributed` makes CPU-aware. With CUDA, mmengine's own code runs.
+    """
+    from mmengine.dist import utils as dist_utils
+    if getattr(dist_utils._init_dist_slurm, '_mmvit5', False):
+        return
+    init_on_cuda = dist_utils._init_dist_slurm
+
+    def init_dist_slurm(backend='nccl', port=None, init_backend='torch', **kwargs):
+        if torch.cuda.is_available():
+            return init_on_cuda(backend, port=port, init_backend=init_backend, **kwargs)
+        env = os.environ
+        if 'MASTER_ADDR' not in env:
+            env['MASTER_ADDR'] = subprocess.check_output(
+                ['scontrol', 'show', 'hostnames', env['SLURM_NODELIST']], text=True).split()[0]
+        env['MASTER_PORT'] = str(port or env.get('MASTER_PORT', 29500))
+        env['WORLD_SIZE'] = env['SLURM_NTASKS']
+        env['RANK'] = env['SLURM_PROCID']
+        env['LOCAL_RANK'] = env['SLURM_LOCALID']
+        # looked up now: allow_cpu_distributed may have replaced it after this patch
+        dist_utils._init_dist_pytorch(backend, init_backend=init_backend, **kwargs)
+
+    init_dist_slurm._mmvit5 = True
+    dist_utils._init_dist_slurm = init_dist_slurm
 
 
 class _DeferredRemovals:

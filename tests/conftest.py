@@ -18,6 +18,18 @@ def toy_root(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope='session')
+def slurm_cluster(tmp_path_factory):
+    """A running single-node SLURM cluster (tests/slurm_cluster.py); skips where there is none."""
+    from slurm_cluster import ClusterUnavailable, start_cluster
+    try:
+        cluster = start_cluster(str(tmp_path_factory.mktemp('slurm')))
+    except ClusterUnavailable as e:
+        pytest.skip(f'no SLURM cluster: {e}')
+    yield cluster
+    cluster.stop()
+
+
 def run_tool(args, cwd, timeout=900, env=None, check=True):
     """Run ``python tools/<script> ...`` (or torchrun) from ``cwd``; return stdout+stderr."""
     full_env = dict(os.environ, OMP_NUM_THREADS='2',

@@ -5,6 +5,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
 bash "$here/tools/install.sh"
+bash "$here/tools/install_slurm.sh"  # the SLURM cluster tests skip without it
 cd "$here"
 set +e
 "$PY" -m pytest -ra "$@"

@@ -10,9 +10,10 @@ PathLike = Union[str, os.PathLike]
 def atomic_open(path: PathLike, mode: str = 'wb', **kwargs) -> Iterator[IO]:
     """Open ``path`` for writing so that it is never seen half-written.
 
-    The block writes to ``<path>.part`` in the same folder; a clean exit flushes it to disk and
-    renames it onto ``path`` (one atomic step on POSIX), an exception removes it and leaves
-    ``path`` as it was. A kill mid-write leaves at most a stale ``.part`` file beside it.
+    The block writes to ``<path>.<pid>.part`` in the same folder (one per process: the ranks of
+    a distributed run may write the same file, as mmengine's test metrics); a clean exit
+    flushes it to disk and renames it onto ``path`` (one atomic step on POSIX), an exception
+    removes it and leaves ``path`` as it was. A kill mid-write leaves at most a stale ``.part`` file beside it.
 
     Args:
         path (str | PathLike): the file to (re)place.
@@ -24,7 +25,7 @@ def atomic_open(path: PathLike, mode: str = 'wb', **kwargs) -> Iterator[IO]:
         raise ValueError(f'atomic_open writes whole files: mode {mode!r} must contain "w" '
                          'and none of "a", "x", "+"')
     path = os.fspath(path)
-    part = path + '.part'
+    part = f'{path}.{os.getpid()}.part'
     f = open(part, mode, **kwargs)
     try:
         yield f
