@@ -37,8 +37,8 @@ class DPTDepthHead(VPDDepthHead):
 
     Shape:
         - Input: four (B, in_channels, H / 16, W / 16) maps.
-        - Output: (B, 1, H / 2, W / 2) depth in metres (resized to the label in the loss and
-          to the image at inference).
+        - Output: (B, 1, H, W) depth in metres (the fusions end at stride 2, the depth output
+          upsamples once more; resized to the label in the loss and to the image at inference).
     """
 
     def __init__(self,
