@@ -139,6 +139,7 @@ def dry_run(cfg: Config, device: torch.device, warmup: int = 0) -> DryRun:
     if size[0] != size[1]:
         raise ValueError(f'dry_run: non-square input {size} is not supported')
     model = build_model(cfg).to(device)
+    # two for segmentors: BatchNorm in UperNet's pooling module sees 1x1 maps
     images = 2 if 'decode_head' in cfg.model else 1
     batch = fake_batch(cfg, size[0], images)
     model.eval()

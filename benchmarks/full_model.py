@@ -81,24 +81,45 @@ def build_full_model(path: str, size: int, batch: int, device: torch.device,
 
 
 def num_classes(cfg: Config) -> int:
-    """Classes of a detector's (first) box head or a segmentor's decode head."""
+    """Classes of a detector's (first) box head, a Mask2Former's panoptic head or a segmentor's
+    decode head (1 for a depth head)."""
     if 'decode_head' in cfg.model:
-        return cfg.model.decode_head.num_classes
+        return cfg.model.decode_head.get('num_classes', 1)
+    if 'panoptic_head' in cfg.model:
+        head = cfg.model.panoptic_head
+        return head.num_things_classes + head.num_stuff_classes
     head = cfg.model.roi_head.bbox_head
     return (head[0] if isinstance(head, list) else head).num_classes
 
 
 def fake_batch(cfg: Config, size: int, batch: int) -> dict:
     """``batch`` images of ``size`` x ``size`` with targets for the config's model."""
+    if cfg.model.get('type') == 'DepthEstimator':
+        return fake_depth_batch(size, batch)
     if 'decode_head' in cfg.model:
         return fake_seg_batch(num_classes(cfg), size, batch)
-    return fake_det_batch(num_classes(cfg), size, batch)
+    panoptic = bool(cfg.model.get('panoptic_head', {}).get('num_stuff_classes'))
+    return fake_det_batch(num_classes(cfg), size, batch, with_semantic=panoptic)
 
 
-def fake_det_batch(classes: int, size: int, batch: int) -> dict:
+def fake_det_batch(classes: int, size: int, batch: int, with_semantic: bool = False) -> dict:
     from mmdet.testing import demo_mm_inputs
     return demo_mm_inputs(batch, image_shapes=[(3, size, size)] * batch, num_items=[4] * batch,
-                          num_classes=classes, with_mask=True)
+                          num_classes=classes, with_mask=True, with_semantic=with_semantic)
+
+
+def fake_depth_batch(size: int, batch: int) -> dict:
+    """Images with depth maps (metres, 0.5-10) for mmseg's DepthEstimator."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    samples = []
+    for _ in range(batch):
+        sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
+                                             pad_shape=(size, size)))
+        sample.gt_depth_map = PixelData(data=torch.rand(1, size, size) * 9.5 + 0.5)
+        samples.append(sample)
+    inputs = [torch.randint(0, 256, (3, size, size), dtype=torch.uint8) for _ in range(batch)]
+    return dict(inputs=inputs, data_samples=samples)
 
 
 def fake_seg_batch(classes: int, size: int, batch: int) -> dict:

@@ -34,7 +34,9 @@ def end_marker(name: str) -> str:
 
 BEGIN, END = begin_marker('results'), end_marker('results')
 # (metric keys, how the table shows them): mmdet reports AP as a fraction, mmseg mIoU in %
-METRICS = ((('coco/bbox_mAP', 'coco/segm_mAP'), 100.0), (('mIoU', ), 1.0))
+# panoptic quality in %, depth RMSE in metres; a panoptic run also reports AP: PQ comes first
+METRICS = ((('coco_panoptic/PQ', ), 1.0), (('coco/bbox_mAP', 'coco/segm_mAP'), 100.0),
+           (('mIoU', ), 1.0), (('rmse', ), 1.0))
 
 
 class Anchor(NamedTuple):
@@ -46,6 +48,7 @@ class Anchor(NamedTuple):
 
 
 COCO, ADE = 'COCO box / mask AP', 'ADE20K mIoU'
+PANOPTIC, NYU = 'COCO panoptic PQ', 'NYU-Depth-v2 RMSE (m)'
 SIZES = (('S', '-s'), ('B', ''), ('L', '-l'))  # name and config prefix
 ANCHORS = (
     Anchor(COCO, 'ViTDet ViT-B Mask R-CNN (MAE, 100 ep)',
@@ -65,6 +68,21 @@ ANCHORS = (
     Anchor(ADE, 'ViT5-L UperNet', '52.0 (ViT-5 paper)', 'vit5-l_upernet_ade20k.py'),
     Anchor(ADE, 'ViT5-L UperNet, 384 checkpoint', '(not in the paper)',
            'vit5-l384_upernet_ade20k.py'),
+    # Mask2Former and depth: docs/en/user_guides/{mask2former,depth}.md cite each figure
+    Anchor(ADE, 'ViT-Adapter-L (BEiT-L) Mask2Former (640 crops)', '58.3 (ViT-Adapter)'),
+    *(Anchor(ADE, f'ViT5-{size} Mask2Former', '(not in the paper)',
+             f'vit5{prefix}_mask2former_ade20k.py') for size, prefix in SIZES[1:]),
+    Anchor(COCO, 'ViT-Adapter-L (BEiTv2-L) Mask2Former, panoptic-trained (3x + MS)',
+           '52.9 / 48.9 (ViT-Adapter)'),
+    *(Anchor(COCO, f'ViT5-{size} Mask2Former (instance)', '(not in the paper)',
+             f'vit5{prefix}_mask2former-ins_coco.py') for size, prefix in SIZES[1:]),
+    Anchor(PANOPTIC, 'ViT-Adapter-L (BEiTv2-L) Mask2Former (3x + MS)', '58.4 (ViT-Adapter)'),
+    *(Anchor(PANOPTIC, f'ViT5-{size} Mask2Former', '(not in the paper)',
+             f'vit5{prefix}_mask2former-pan_coco.py') for size, prefix in SIZES[1:]),
+    Anchor(NYU, 'DINOv2 ViT-B/14 / ViT-L/14, frozen, linear on 4 layers', '0.362 / 0.333'),
+    Anchor(NYU, 'DPT-Hybrid (fine-tuned)', '0.357 (DPT paper)'),
+    *(Anchor(NYU, f'ViT5-{size} DPT head', '(not in the paper)', f'vit5{prefix}_depth_nyu.py')
+      for size, prefix in SIZES[1:]),
 )
 
 
@@ -170,10 +188,12 @@ def collect_runs(work_dirs: Sequence[str]) -> List[Run]:
 
 
 def format_metrics(run: Run) -> str:
-    """'51.6 / 45.9' (box / mask AP) or '47.5' (mIoU), with the iterations it took."""
+    """'51.6 / 45.9' (box / mask AP), '47.5' (mIoU, PQ) or '0.345' (RMSE), with the iterations
+    it took."""
     for keys, scale in METRICS:
         if keys[0] in run.metrics:
-            values = ' / '.join(f'{run.metrics[k] * scale:.1f}' for k in keys
+            digits = 3 if keys[0] == 'rmse' else 1
+            values = ' / '.join(f'{run.metrics[k] * scale:.{digits}f}' for k in keys
                                 if k in run.metrics)
             return (f'{values} ({run.evaluated_by} after {run.iters:,} of '
                     f'{run.max_iters:,} it)')
@@ -196,7 +216,8 @@ def results_table(runs: Sequence[Run]) -> str:
         lines.append(f'| {anchor.task} | {anchor.model} | {anchor.published} | {config} | '
                      f'{measured} | {_provenance(run) if run else "-"} |')
     for run in latest.values():
-        task = ADE if 'mIoU' in run.metrics else COCO
+        task = next((task for key, task in (('coco_panoptic/PQ', PANOPTIC), ('mIoU', ADE),
+                                             ('rmse', NYU)) if key in run.metrics), COCO)
         lines.append(f'| {task} | (not a shipped recipe) | - | `{run.config}` | '
                      f'{format_metrics(run)} | {_provenance(run)} |')
     return '\n'.join(lines)

@@ -1,7 +1,8 @@
-"""Every shipped COCO / ADE20K config trains for real: shrunk, with its own pipeline (LSJ at
-1024, 512 crops, slide inference), 2 iterations through tools/train.py on generated data in the
-real dataset layouts, then tools/test.py, then the results harness. Width mismatches fail
-before anything is built."""
+"""Every shipped COCO / ADE20K / NYU config trains for real: shrunk, with its own pipeline (LSJ
+at 1024, 512 crops, slide inference), 2 iterations through tools/train.py on generated data in
+the real dataset layouts (COCO instances and panoptic, ADE20K, NYU-Depth-v2), then
+tools/test.py with the real metrics, then the results harness. Width mismatches fail before
+anything is built."""
 import glob
 import os.path as osp
 import re
@@ -16,8 +17,9 @@ from benchmarks.results import BEGIN, END, collect_runs, results_table
 from mmvit5.utils import load_config, shrink_model
 
 SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'vit5*.py'))
-                 if p.endswith(('_coco.py', '_ade20k.py')))
+                 if p.endswith(('_coco.py', '_ade20k.py', '_nyu.py')))
 TOY_CLASSES = ('rectangle', 'ellipse', 'triangle')
+TOY_STUFF = ('background', )  # the generated panoptic set's stuff class
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 
 
@@ -36,7 +38,16 @@ def smoke_config(name: str, path: str) -> None:
     2 iterations."""
     cfg = Config.fromfile(config(name))
     shrink_model(cfg.model)
-    if cfg.default_scope == 'mmdet':
+    if 'panoptic_head' in cfg.model:  # Mask2Former (mmdet): things, and stuff if panoptic
+        stuff = TOY_STUFF if cfg.model.panoptic_head.num_stuff_classes else ()
+        for loader in LOADERS:
+            cfg[loader].dataset.metainfo = dict(classes=TOY_CLASSES + stuff,
+                                                thing_classes=TOY_CLASSES, stuff_classes=stuff)
+        for head in (cfg.model.panoptic_head, cfg.model.panoptic_fusion_head):
+            head.update(num_things_classes=len(TOY_CLASSES), num_stuff_classes=len(stuff))
+        classes = len(TOY_CLASSES) + len(stuff)
+        cfg.model.panoptic_head.loss_cls.class_weight = [1.0] * classes + [0.1]
+    elif cfg.default_scope == 'mmdet':
         for loader in LOADERS:
             cfg[loader].dataset.metainfo = dict(classes=TOY_CLASSES)
         roi = cfg.model.roi_head
@@ -45,10 +56,17 @@ def smoke_config(name: str, path: str) -> None:
         roi.mask_head.num_classes = len(TOY_CLASSES)
     for loader in LOADERS:
         cfg[loader].update(batch_size=1, num_workers=0, persistent_workers=False)
-    if cfg.default_scope == 'mmseg':
+    if cfg.model.get('type') == 'DepthEstimator':
+        cfg.model.test_cfg.stride = cfg.model.test_cfg.crop_size  # one window per image
+    elif cfg.default_scope == 'mmseg':
         # background + 3 shapes: 150 logit maps at 512x512 would be most of the step
-        cfg.model.decode_head.num_classes = cfg.model.auxiliary_head.num_classes = 4
-        cfg.train_dataloader.batch_size = 2  # UperNet's pooling module has BN on 1x1 maps
+        decode = cfg.model.decode_head
+        decode.num_classes = 4
+        if decode.type == 'Mask2FormerHead':
+            decode.loss_cls.class_weight = [1.0] * 4 + [0.1]
+        else:
+            cfg.model.auxiliary_head.num_classes = 4
+            cfg.train_dataloader.batch_size = 2  # UperNet's pooling module has BN on 1x1 maps
     # evaluation happens once, in tools/test.py
     cfg.train_cfg.update(max_iters=2, val_interval=3)
     cfg.default_hooks.checkpoint.interval = 2
@@ -64,7 +82,20 @@ def run_tool_here(script, args, cwd, monkeypatch, capsys) -> str:
 
 
 def test_every_recipe_is_covered():
-    assert len(SHIPPED) == 11, SHIPPED  # Mask R-CNN and Cascade S/B/L, UperNet S/B/L/B384/L384
+    # Mask R-CNN and Cascade S/B/L, UperNet S/B/L/B384/L384, Mask2Former semantic / instance /
+    # panoptic B/L, depth B/L
+    assert len(SHIPPED) == 19, SHIPPED
+
+
+def evaluation_metric(cfg: Config) -> str:
+    """The metric tools/test.py must report for ``cfg``."""
+    if cfg.model.get('type') == 'DepthEstimator':
+        return 'rmse'
+    if cfg.default_scope == 'mmseg':
+        return 'mIoU'
+    if cfg.model.get('panoptic_head', {}).get('num_stuff_classes'):
+        return 'coco_panoptic/PQ'
+    return 'coco/segm_mAP'
 
 
 @pytest.mark.slow  # trains and tests each recipe
@@ -73,19 +104,24 @@ def test_shipped_config_trains_and_tests(data_root, tmp_path, monkeypatch, capsy
     smoke = str(tmp_path / f'smoke_{name}')
     smoke_config(name, smoke)
     cfg = Config.fromfile(smoke)
-    # the real input sizes: LSJ pads to 1024x1024, ADE20K trains on 512 crops, tests sliding
+    # the real input sizes: LSJ pads to 1024x1024, ADE20K trains on 512 crops (UperNet tests
+    # sliding), NYU on 480 crops tested sliding with flips
     if cfg.default_scope == 'mmdet':
         assert cfg.model.data_preprocessor.batch_augments[0].size == (1024, 1024)
-        assert cfg.train_pipeline[2].ratio_range == (0.1, 2.0)
+        jitter = [t for t in cfg.train_pipeline if t.type == 'RandomResize']
+        assert jitter[0].ratio_range == (0.1, 2.0)
+    elif cfg.model.type == 'DepthEstimator':
+        assert cfg.model.data_preprocessor.size == (480, 480)
+        assert cfg.model.test_cfg.mode == 'slide_flip'
     else:
         assert cfg.model.data_preprocessor.size == (512, 512)
-        assert cfg.model.test_cfg.mode == 'slide'
+        assert cfg.model.test_cfg.mode == ('slide' if 'upernet' in name else 'whole')
     work = tmp_path / 'work'
     run_tool_here('train.py', [smoke, '--work-dir', work], data_root, monkeypatch, capsys)
     assert (work / 'iter_2.pth').is_file()
     out = run_tool_here('test.py', [smoke, work / 'iter_2.pth', '--work-dir', work], data_root,
                         monkeypatch, capsys)
-    metric = 'coco/segm_mAP' if cfg.default_scope == 'mmdet' else 'mIoU'
+    metric = evaluation_metric(cfg)
     assert f'"{metric}"' in out, out[-3000:]
 
     # the harness reports the smoke run under its own name, never as the shipped recipe

@@ -1,14 +1,23 @@
-"""Generate a small shapes dataset in the real COCO and ADE20K file layouts.
+"""Generate a small shapes dataset in the real COCO, COCO panoptic, ADE20K and NYU-Depth-v2
+file layouts.
 
 Each image holds a few non-overlapping filled rectangles, ellipses and triangles on a noisy
-gradient background. The same scenes are written twice:
+gradient background. The same scenes are written three times:
 
 - COCO instances: ``<out>/coco/{train2017,val2017}/*.jpg`` and
   ``<out>/coco/annotations/instances_{train2017,val2017}.json`` (polygon masks, categories
   ``rectangle``, ``ellipse``, ``triangle`` with ids 1-3);
+- COCO panoptic: ``<out>/coco/annotations/panoptic_{train2017,val2017}.json`` and one PNG per
+  image in ``panoptic_{train2017,val2017}/`` (segment id = R + 256 G + 256^2 B), the shapes
+  as things (ids 1-3) and the rest as the stuff class ``background`` (id 4);
 - ADE20K semantic maps: ``<out>/ade/ADEChallengeData2016/images/{training,validation}/*.jpg``
   and ``annotations/{training,validation}/*.png`` with 1 = background and 2-4 = the shapes,
   so that with ``reduce_zero_label=True`` they are ADE20K classes 0-3.
+
+Separate scenes with a depth map go into the NYU-Depth-v2 layout of mmseg's ``NYUDataset``:
+``<out>/nyu/images/{train,test}/<room>_<id>.jpg`` and ``annotations/{train,test}/*.png``
+(uint16, millimetres). Depth is a receding floor/wall plane (far at the top) with the shapes
+standing nearer; brightness falls with depth, so depth is learnable from the image.
 
 Usage:
     python tools/make_toy_data.py data --train 32 --val 8 --size 256
@@ -23,6 +32,8 @@ import cv2
 import numpy as np
 
 CLASSES = ('rectangle', 'ellipse', 'triangle')
+STUFF = 'background'  # the panoptic stuff class: every pixel that is no shape
+NYU_ROOM = 'living_room'  # NYUDataset reads the scene category from the file name
 
 
 def _polygon(kind: str, box: Tuple[int, int, int, int], rng: np.random.Generator) -> np.ndarray:
@@ -72,11 +83,8 @@ def make_scene(size: Tuple[int, int], rng: np.random.Generator):
                           rng.uniform(120, 255)], np.float32)
         image[mask > 0] = color + rng.normal(0, 10, (int(mask.sum()), 3))
         semantic[mask > 0] = label + 2
-        ys, xs = np.nonzero(mask)
-        objects.append(dict(label=label, polygon=poly, mask_area=int(mask.sum()),
-                            bbox=[float(xs.min()), float(ys.min()),
-                                  float(xs.max() - xs.min() + 1),
-                                  float(ys.max() - ys.min() + 1)]))
+        objects.append(dict(label=label, polygon=poly, mask=mask, mask_area=int(mask.sum()),
+                            bbox=_bbox(mask)))
     return np.clip(image, 0, 255).astype(np.uint8), objects, semantic
 
 
@@ -86,11 +94,12 @@ def write_split(out: str, split: str, count: int, size: int, rng: np.random.Gene
     ade_split = {'train': 'training', 'val': 'validation'}[split]
     coco_dir = os.path.join(out, 'coco')
     ade_dir = os.path.join(out, 'ade', 'ADEChallengeData2016')
-    for d in (os.path.join(coco_dir, coco_split), os.path.join(coco_dir, 'annotations'),
+    panoptic_dir = os.path.join(coco_dir, 'annotations', f'panoptic_{coco_split}')
+    for d in (os.path.join(coco_dir, coco_split), panoptic_dir,
               os.path.join(ade_dir, 'images', ade_split),
               os.path.join(ade_dir, 'annotations', ade_split)):
         os.makedirs(d, exist_ok=True)
-    images, annotations = [], []
+    images, annotations, panoptic = [], [], []
     for i in range(count):
         # mildly non-square images, as real datasets
         shape = (int(size * rng.uniform(0.75, 1.0)), int(size * rng.uniform(0.75, 1.0)))
@@ -100,6 +109,9 @@ def write_split(out: str, split: str, count: int, size: int, rng: np.random.Gene
         cv2.imwrite(os.path.join(coco_dir, coco_split, name + '.jpg'), image)
         cv2.imwrite(os.path.join(ade_dir, 'images', ade_split, name + '.jpg'), image)
         cv2.imwrite(os.path.join(ade_dir, 'annotations', ade_split, name + '.png'), semantic)
+        segments = panoptic_png(os.path.join(panoptic_dir, name + '.png'), objects, semantic)
+        panoptic.append(dict(image_id=image_id, file_name=name + '.png',
+                             segments_info=segments))
         images.append(dict(id=image_id, file_name=name + '.jpg', height=shape[0],
                            width=shape[1]))
         for obj in objects:
@@ -112,20 +124,87 @@ def write_split(out: str, split: str, count: int, size: int, rng: np.random.Gene
     categories = [dict(id=i + 1, name=n, supercategory='shape') for i, n in enumerate(CLASSES)]
     with open(os.path.join(coco_dir, 'annotations', f'instances_{coco_split}.json'), 'w') as f:
         json.dump(dict(images=images, annotations=annotations, categories=categories), f)
+    categories = [dict(c, isthing=1) for c in categories] + [
+        dict(id=len(CLASSES) + 1, name=STUFF, supercategory='stuff', isthing=0)]
+    with open(os.path.join(coco_dir, 'annotations', f'panoptic_{coco_split}.json'), 'w') as f:
+        json.dump(dict(images=images, annotations=panoptic, categories=categories), f)
+
+
+def _bbox(mask: np.ndarray) -> List[float]:
+    ys, xs = np.nonzero(mask)
+    return [float(xs.min()), float(ys.min()), float(xs.max() - xs.min() + 1),
+            float(ys.max() - ys.min() + 1)]
+
+
+def panoptic_png(path: str, objects: List[dict], semantic: np.ndarray) -> List[dict]:
+    """Write the COCO panoptic PNG of one scene; returns its ``segments_info``.
+
+    Segment ``k`` (1-based) is object ``k``; the last one is the stuff ``background``. The
+    semantic map (1 = background, 2-4 = shapes) tells the pixels: objects never overlap.
+    """
+    ids = np.zeros(semantic.shape, np.int64)
+    segments = []
+    for k, obj in enumerate(objects, start=1):
+        ids[obj['mask'] > 0] = k
+        segments.append(dict(id=k, category_id=obj['label'] + 1, iscrowd=0,
+                             bbox=obj['bbox'], area=obj['mask_area']))
+    stuff = semantic == 1
+    if stuff.any():
+        k = len(objects) + 1
+        ids[stuff] = k
+        segments.append(dict(id=k, category_id=len(CLASSES) + 1, iscrowd=0, bbox=_bbox(stuff),
+                             area=int(stuff.sum())))
+    rgb = np.stack([ids % 256, ids // 256 % 256, ids // 256**2], axis=-1).astype(np.uint8)
+    cv2.imwrite(path, rgb[..., ::-1])  # cv2 writes BGR
+    return segments
+
+
+def make_depth_scene(size: Tuple[int, int], rng: np.random.Generator):
+    """One image (H, W, 3) uint8 BGR and its depth (H, W) in metres."""
+    h, w = size
+    near, far = rng.uniform(1.0, 2.0), rng.uniform(4.0, 8.0)
+    depth = np.repeat(np.linspace(far, near, h)[:, None], w, axis=1)  # floor receding upwards
+    for box in _boxes(size, int(rng.integers(1, 4)), rng):
+        label = int(rng.integers(len(CLASSES)))
+        mask = np.zeros((h, w), np.uint8)
+        cv2.fillPoly(mask, [np.round(_polygon(CLASSES[label], box, rng)).astype(np.int32)], 1)
+        # an object stands on the floor: nearer than the floor behind it
+        depth[mask > 0] = depth[box[3] - 1, 0] * rng.uniform(0.5, 0.9)
+    tint = rng.uniform(0.7, 1.0, 3)
+    image = 255 * (1 - depth[..., None] / 10) * tint + rng.normal(0, 6, (h, w, 3))
+    return np.clip(image, 0, 255).astype(np.uint8), depth
+
+
+def write_depth_split(out: str, split: str, count: int, size: int, rng: np.random.Generator,
+                      start_id: int) -> None:
+    nyu_split = {'train': 'train', 'val': 'test'}[split]
+    image_dir = os.path.join(out, 'nyu', 'images', nyu_split)
+    depth_dir = os.path.join(out, 'nyu', 'annotations', nyu_split)
+    for d in (image_dir, depth_dir):
+        os.makedirs(d, exist_ok=True)
+    for i in range(count):
+        shape = (int(size * rng.uniform(0.75, 1.0)), int(size * rng.uniform(0.75, 1.0)))
+        image, depth = make_depth_scene(shape, rng)
+        name = f'{NYU_ROOM}_{start_id + i:05d}'
+        cv2.imwrite(os.path.join(image_dir, name + '.jpg'), image)
+        cv2.imwrite(os.path.join(depth_dir, name + '.png'),
+                    np.round(depth * 1000).astype(np.uint16))
 
 
 def make_dataset(out: str, train: int = 32, val: int = 8, size: int = 256,
                  seed: int = 0) -> str:
-    """Write both layouts under ``out``; returns ``out``."""
+    """Write every layout under ``out``; returns ``out``."""
     rng = np.random.default_rng(seed)
     write_split(out, 'train', train, size, rng, start_id=1)
     write_split(out, 'val', val, size, rng, start_id=100000)
+    write_depth_split(out, 'train', train, size, rng, start_id=1)
+    write_depth_split(out, 'val', val, size, rng, start_id=100000)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('out', help='output folder (gets coco/ and ade/ inside)')
+    parser.add_argument('out', help='output folder (gets coco/, ade/ and nyu/ inside)')
     parser.add_argument('--train', type=int, default=32, help='training images')
     parser.add_argument('--val', type=int, default=8, help='validation images')
     parser.add_argument('--size', type=int, default=256, help='longest image side')
@@ -134,7 +213,8 @@ def main() -> None:
     if args.train < 1 or args.val < 1 or args.size < 64:
         parser.error('--train and --val must be >= 1 and --size >= 64')
     make_dataset(args.out, args.train, args.val, args.size, args.seed)
-    print(f'[make_toy_data] wrote {args.out}/coco and {args.out}/ade/ADEChallengeData2016')
+    print(f'[make_toy_data] wrote {args.out}/coco (instances and panoptic), '
+          f'{args.out}/ade/ADEChallengeData2016 and {args.out}/nyu')
 
 
 if __name__ == '__main__':

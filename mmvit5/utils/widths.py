@@ -5,6 +5,7 @@ without the heads') otherwise fails deep in torch with a bare ``conv_transpose2d
 ``conv2d`` channel error. :func:`check_widths` names every field to set instead, and
 :func:`sync_widths` sets them (used to shrink a config for smoke runs, :func:`shrink_model`).
 """
+import math
 from typing import Any, List, Optional, Tuple
 
 from mmengine.config import ConfigDict
@@ -13,6 +14,16 @@ Mismatch = Tuple[str, Any, Any, str]  # path, current value, value to set, where
 
 # widths inside heads that no other module reads: free to shrink
 HIDDEN_WIDTH_KEYS = ('feat_channels', 'conv_out_channels', 'fc_out_channels', 'channels')
+# widths of transformer heads (Mask2Former) tied to ``feat_channels`` / ``out_channels``:
+# attention and FFN widths, sine position encodings (2 * num_feats wide), GroupNorm groups
+TIED_WIDTHS = {
+    'out_channels': lambda width, value: width,
+    'embed_dims': lambda width, value: width,
+    'feedforward_channels': lambda width, value: 4 * width,
+    'num_feats': lambda width, value: width // 2,
+    'num_groups': lambda width, value: math.gcd(value, width),
+    'post_process_channels': lambda width, value: [width] * len(value),  # DPTDepthHead
+}
 
 
 def vit5_arch(backbone: dict) -> Optional[dict]:
@@ -64,13 +75,20 @@ def width_mismatches(model: dict) -> List[Mismatch]:
             index = f'.{i}' if isinstance(modules, list) else ''
             _expect(f'model.roi_head.{key}{index}.{attr}', module.get(attr), channels, source,
                     found)
-    decode = model.get('decode_head') or {}
-    current = decode.get('in_channels')
-    if isinstance(current, (list, tuple)):
-        _expect('model.decode_head.in_channels', list(current), [channels] * len(current),
-                source, found)
-    else:
-        _expect('model.decode_head.in_channels', current, channels, source, found)
+    if not neck:  # a head reading the backbone directly (DPTDepthHead)
+        settings = vit5_arch(model.get('backbone') or {})
+        if settings is not None:
+            channels = settings['embed_dim']
+            source = (f"ViT5 arch {model['backbone'].get('arch', 'base')!r} has embed_dim "
+                      f'{channels}')
+    # mmseg's decode heads, mmdet's MaskFormer / Mask2Former heads
+    for key in ('decode_head', 'panoptic_head'):
+        current = (model.get(key) or {}).get('in_channels')
+        if isinstance(current, (list, tuple)):
+            _expect(f'model.{key}.in_channels', list(current), [channels] * len(current),
+                    source, found)
+        else:
+            _expect(f'model.{key}.in_channels', current, channels, source, found)
     for i, aux in enumerate(_as_list(model.get('auxiliary_head') or [])):
         path = 'model.auxiliary_head' + (f'.{i}' if isinstance(model['auxiliary_head'], list)
                                          else '')
@@ -111,8 +129,9 @@ def shrink_model(model: ConfigDict, embed_dim: int = 32, depth: int = 4, num_hea
     The backbone becomes ``embed_dim`` x ``depth`` without pretrained weights; ``out_indices``
     keep their relative depths; with windowed attention only the last block stays global
     (ViTDet's every-third-block layout, scaled, would make every block of a shallow model
-    global). The neck and every head get width ``width``; the widths that must agree are then
-    synchronised (:func:`sync_widths`).
+    global). The neck and every head get width ``width`` (transformer heads their attention,
+    FFN and position-encoding widths with it, :data:`TIED_WIDTHS`); the widths that must agree
+    are then synchronised (:func:`sync_widths`).
     """
     backbone = model.backbone
     if backbone.get('type') != 'ViT5':
@@ -140,5 +159,7 @@ def _shrink_hidden(node, width: int) -> None:
                 continue
             if key in HIDDEN_WIDTH_KEYS and isinstance(value, int):
                 node[key] = width
+            elif key in TIED_WIDTHS and isinstance(value, (int, list, tuple)):
+                node[key] = TIED_WIDTHS[key](width, value)
             else:
                 _shrink_hidden(value, width)

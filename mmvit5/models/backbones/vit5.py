@@ -223,6 +223,9 @@ class ViT5(BaseModule):
             for block in self.blocks:
                 block.compile()
         self.norm = norm_layer(embed_dim) if final_norm else nn.Identity()
+        # timm's feature metadata, one entry per block (forward_intermediates)
+        self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f'blocks.{i}')
+                             for i in range(depth)]
         self._freeze_stages()
 
     # ----------------------------------------------------------------- configuration
@@ -487,13 +490,9 @@ class ViT5(BaseModule):
             (B, R, C) (R = 0 without registers) and ``grid`` (H, W).
         """
         x, grid = self.tokens(x, with_registers)
-        num_registers = self.num_registers if with_registers else 0
-        windows = self.token_order(grid, x.device, num_registers)
-        rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows)
-        x = permute_tokens(x, None if windows is None else windows.order)
-        for block in self.blocks:
-            x = self._run_block(block, x, rope, windows)
-        x = permute_tokens(self.norm(x), None if windows is None else windows.inverse)
+        x = self._run_blocks(x, grid, [self.depth - 1],
+                             num_registers=self.num_registers if with_registers else 0)
+        x = x[self.depth - 1]
         num_patches = grid[0] * grid[1]
         return dict(cls_token=x[:, 0], patch_tokens=x[:, 1:1 + num_patches],
                     reg_tokens=x[:, 1 + num_patches:], grid=grid)
@@ -502,18 +501,96 @@ class ViT5(BaseModule):
         """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry, in
         that order; blocks after the last requested one are not run."""
         x, grid = self.tokens(x)
-        windows = self.token_order(grid, x.device)
-        rope = self.rope_table(grid, self.cls_token.dtype, x.device, windows=windows)
+        outs = self._run_blocks(x, grid, self.out_indices)
+        return tuple(self._format_output(outs[i], grid) for i in self.out_indices)
+
+    def _run_blocks(self, x: torch.Tensor, grid: Tuple[int, int], indices: Sequence[int],
+                    final_norm: bool = True, num_registers: Optional[int] = None
+                    ) -> Dict[int, torch.Tensor]:
+        """The one block loop of the model (``forward``, ``forward_features`` and
+        ``forward_intermediates`` all run it).
+
+        Args:
+            x (Tensor): Tokens ``[cls, patches, registers]`` (B, T, C) from :meth:`tokens`.
+            grid (tuple[int, int]): Patch grid (H, W) of ``x``.
+            indices (Sequence[int]): Non-negative block indices whose outputs to keep; blocks
+                after the largest are not run.
+            final_norm (bool): Apply the final norm to the last block's output.
+            num_registers (int, optional): Registers in ``x``; None: the model's.
+
+        Returns:
+            dict[int, Tensor]: Block index -> its output tokens (B, T, C), raster order.
+        """
+        # with windows, the blocks run in window-major order (layers/windows.py), and the
+        # outputs go back to raster order
+        windows = self.token_order(grid, x.device, num_registers)
+        rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows)
         x = permute_tokens(x, None if windows is None else windows.order)
         outs = {}
-        for i, block in enumerate(self.blocks[:max(self.out_indices) + 1]):
+        for i, block in enumerate(self.blocks[:max(indices) + 1]):
             x = self._run_block(block, x, rope, windows)
-            if i == self.depth - 1:
+            if final_norm and i == self.depth - 1:
                 x = self.norm(x)
-            if i in self.out_indices:
-                raster = permute_tokens(x, None if windows is None else windows.inverse)
-                outs[i] = self._format_output(raster, grid)
-        return tuple(outs[i] for i in self.out_indices)
+            if i in indices:
+                outs[i] = permute_tokens(x, None if windows is None else windows.inverse)
+        return outs
+
+    def forward_intermediates(self, x: torch.Tensor,
+                              indices: Optional[Union[int, Sequence[int]]] = None,
+                              norm: bool = False, output_fmt: str = 'NCHW',
+                              intermediates_only: bool = False
+                              ) -> Union[List[torch.Tensor],
+                                         Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """timm's feature API: the outputs of several blocks, for use outside OpenMMLab.
+
+        Semantics of timm's ``VisionTransformer.forward_intermediates``: intermediates are the
+        blocks' raw outputs (the final norm only with ``norm=True``), in block order, with the
+        class token and registers stripped.
+
+        Args:
+            x (Tensor): Images (B, in_channels, H, W).
+            indices (int | Sequence[int], optional): None takes every block; an int ``n`` the
+                last ``n`` blocks; a sequence those blocks (negative values count from the end).
+            norm (bool): Apply the final norm to every intermediate.
+            output_fmt (str): ``'NCHW'`` maps (B, C, H / 16, W / 16) or ``'NLC'`` tokens
+                (B, H / 16 * W / 16, C).
+            intermediates_only (bool): Return only the intermediates (and run no block after
+                the last one taken).
+
+        Returns:
+            list[Tensor] | tuple[Tensor, list[Tensor]]: The intermediates, or the final
+            normed tokens ``[cls, patches, registers]`` (B, T, C) and the intermediates.
+        """
+        if output_fmt not in ('NCHW', 'NLC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        take = sorted(set(self._take_indices(indices)))
+        tokens, grid = self.tokens(x)
+        last = self.depth - 1
+        outs = self._run_blocks(tokens, grid, take if intermediates_only else [*take, last],
+                                final_norm=False)
+        intermediates = []
+        for i in take:
+            patches = outs[i][:, 1:1 + grid[0] * grid[1]]  # registers come last
+            if norm:
+                patches = self.norm(patches)
+            if output_fmt == 'NCHW':
+                patches = patches.transpose(1, 2).reshape(
+                    patches.shape[0], self.embed_dim, *grid).contiguous()
+            intermediates.append(patches)
+        if intermediates_only:
+            return intermediates
+        return self.norm(outs[last]), intermediates
+
+    def _take_indices(self, indices: Optional[Union[int, Sequence[int]]]) -> List[int]:
+        """timm's ``feature_take_indices``: None -> all blocks, int n -> the last n blocks."""
+        if indices is None:
+            return list(range(self.depth))
+        if isinstance(indices, int):
+            if not 0 < indices <= self.depth:
+                raise ValueError(f'indices={indices} asks for the last {indices} blocks; an int '
+                                 f'must be in 1..{self.depth} (pass [{indices}] for one block)')
+            return list(range(self.depth - indices, self.depth))
+        return self._normalize_indices(indices, self.depth, 'indices')
 
     def _format_output(self, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
         if self.out_type == 'raw':

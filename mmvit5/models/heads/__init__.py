@@ -1,0 +1,3 @@
+from .dpt_depth_head import DPTDepthHead
+
+__all__ = ['DPTDepthHead']
