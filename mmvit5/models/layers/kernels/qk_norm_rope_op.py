@@ -84,6 +84,8 @@ def qk_norm_rope_bwd(qkv: torch.Tensor, rstd: torch.Tensor, q_weight: torch.Tens
             weight_grads.append(torch.zeros_like(weight))
             continue
         grad = grad.transpose(1, 2).to(_normed_dtype(qkv, weight))
+        if grad.stride(-1) != 1:  # e.g. the expanded gradient of a sum: no complex view
+            grad = grad.contiguous()
         if rope is not None:
             grad = apply_rope(grad, rope[:, None], inverse=True)
         grad_x, grad_weight = rms_norm_backward(grad, x, rstd[:, :, i, :, None], weight)

@@ -61,20 +61,27 @@ def _norm_rope_rows(qkv_ptr, w_ptr, rope_ptr, out_ptr, rstd_ptr, src, dst, stat,
 
 
 @triton.jit
-def _qk_norm_rope_fwd_kernel(qkv_ptr, qw_ptr, kw_ptr, rope_ptr, q_ptr, k_ptr, rstd_ptr, rows,
-                             T, H, eps, D: tl.constexpr, HAS_ROPE: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                             INTERPRET: tl.constexpr):
-    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # (token, head) row, token-major
+def _program_rows(rows, H, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """This program's (token, head) rows (token-major), channels and masks; where q of a row
+    starts in (B, T, 3, H, D) and where its 1/rms is in (B, T, 2, H)."""
+    m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
     row_ok = m < rows
     mask = row_ok[:, None] & (cols < D)[None, :]
     m = m.to(tl.int64)
     token = m // H
     head = m % H
+    return m, cols, row_ok, mask, token, head, token * (3 * H * D) + head * D, \
+        token * (2 * H) + head
+
+
+@triton.jit
+def _qk_norm_rope_fwd_kernel(qkv_ptr, qw_ptr, kw_ptr, rope_ptr, q_ptr, k_ptr, rstd_ptr, rows,
+                             T, H, eps, D: tl.constexpr, HAS_ROPE: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                             INTERPRET: tl.constexpr):
+    m, cols, row_ok, mask, token, head, src, stat = _program_rows(rows, H, D, BLOCK_M, BLOCK_D)
     t = token % T
-    src = token * (3 * H * D) + head * D  # q of this row in (B, T, 3, H, D)
-    stat = token * (2 * H) + head  # 1/rms (B, T, 2, H)
     _norm_rope_rows(qkv_ptr, qw_ptr, rope_ptr, q_ptr, rstd_ptr, src, m * D, stat, t, cols,
                     mask, row_ok, eps, D, HAS_ROPE, BLOCK_M, BLOCK_D, INTERPRET)
     _norm_rope_rows(qkv_ptr, kw_ptr, rope_ptr, k_ptr, rstd_ptr, src + H * D, m * D, stat + H,
@@ -120,17 +127,9 @@ def _qk_norm_rope_bwd_kernel(qkv_ptr, rstd_ptr, qw_ptr, kw_ptr, rope_ptr, dq_ptr
                              BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                              INTERPRET: tl.constexpr):
     pid = tl.program_id(0)
-    m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_D)
-    row_ok = m < rows
-    mask = row_ok[:, None] & (cols < D)[None, :]
-    m = m.to(tl.int64)
-    token = m // H
-    head = m % H
+    _, cols, row_ok, mask, token, head, src, stat = _program_rows(rows, H, D, BLOCK_M, BLOCK_D)
     b = token // T
     t = token % T
-    src = token * (3 * H * D) + head * D
-    stat = token * (2 * H) + head
     # the gradients of the (B, H, T, D) outputs come in whatever strides attention made
     dq_off = (b * dq_b + head * dq_h + t * dq_t)[:, None] + cols[None, :] * dq_d
     dk_off = (b * dk_b + head * dk_h + t * dk_t)[:, None] + cols[None, :] * dk_d
