@@ -59,7 +59,7 @@ def assert_close(a, b, dtype):
 @needs_triton
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16], ids=['fp32', 'bf16'])
 @pytest.mark.parametrize('with_rope', [True, False], ids=['rope', 'norm-only'])
-@pytest.mark.parametrize('B,H,D', [(1, 2, 64), (2, 3, 32)])
+@pytest.mark.parametrize('B,H,D', [(1, 2, 64), (2, 3, 32), (1, 1, 72)])  # 72: xlarge
 def test_triton_kernels_equal_pytorch_path_and_unfused_modules(dtype, with_rope, B, H, D,
                                                                monkeypatch):
     qkv, q_norm, k_norm, rope = inputs(B, H, D, dtype, with_rope)

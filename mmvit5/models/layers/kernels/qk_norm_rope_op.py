@@ -22,7 +22,8 @@ Numerics are those of the unfused modules, ``apply_rope(rms_norm(x, w, eps)[0], 
 the cast to ``out_dtype``: statistics in float32 (float64 stays float64), the normalised
 value rounded to x's dtype before the weight (as released), the rotation in float32, one
 rounding to ``out_dtype`` at the end. The Triton kernels differ from the PyTorch path only in
-the order of float32 sums.
+the order of float32 sums and in ``rsqrt``'s last bit, which can flip a bfloat16 rounding of
+the normalised value now and then (tests/test_kernels.py bounds it).
 
 Where Triton is missing or the tensors are not on CUDA, the PyTorch path runs the same
 algorithm with the unfused functions (:mod:`..norm`, :mod:`..rope`). Both are registered
