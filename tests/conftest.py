@@ -4,6 +4,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
+
+# Without CUDA, the Triton kernels (mmvit5.models.layers.kernels) run in Triton's interpreter
+# when a test forces them (MMVIT5_TRITON=1). Triton reads the variable when the kernels are
+# decorated, that is when mmvit5 is first imported: hence here, before any test module.
+if not torch.cuda.is_available():
+    os.environ.setdefault('TRITON_INTERPRET', '1')
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, osp.join(REPO, 'tools'))
