@@ -6,9 +6,14 @@ import pytest
 from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 
+from benchmarks.ablation import (
+    SWITCHES,
+    ablation_configs,
+    markdown_table,
+    summarize,
+    switch_override,
+)
 from conftest import REPO, config, run_tool, tool
-from benchmarks.ablation import (SWITCHES, ablation_configs, markdown_table, summarize,
-                                 switch_override)
 
 RECIPES = {'vit5_maskrcnn_coco': 'mmdet', 'vit5_upernet_ade20k': 'mmseg'}
 

@@ -7,6 +7,7 @@ import sys
 
 import check_env
 import pytest
+
 from conftest import REPO
 
 

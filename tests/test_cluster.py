@@ -8,10 +8,10 @@ import subprocess
 import time
 
 import pytest
-
-from conftest import REPO, config, run_tool
 from slurm_cluster import PARTITION, free_port
 from test_e2e import MASKRCNN, UPERNET, metrics_of
+
+from conftest import REPO, config, run_tool
 
 pytestmark = pytest.mark.slow
 GLOO = 'env_cfg.dist_cfg.backend=gloo'

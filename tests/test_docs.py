@@ -13,8 +13,8 @@ import pytest
 from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 
-from conftest import REPO, run_tool, tool
 from benchmarks.results import begin_marker, end_marker
+from conftest import REPO, run_tool, tool
 from mmvit5.utils import check_config
 
 sys.path.insert(0, REPO)  # benchmarks/ beside tools/, as the tools import it

@@ -3,7 +3,6 @@ layouts, widths named when ``arch`` changes, the dry run, and a toy depth model 
 (Every shipped Mask2Former / depth config trains and tests for real in test_recipes.py.)"""
 import glob
 import json
-import os.path as osp
 import re
 
 import cv2

@@ -10,12 +10,12 @@ import torch
 import torch.multiprocessing as mp
 from mmengine.config import Config
 from mmengine.registry import PARAM_SCHEDULERS
+from slurm_cluster import free_port
+from test_e2e import MASKRCNN, UPERNET
 
 import mmvit5  # noqa: F401  allow-lists what mmengine checkpoints hold
 import reference_vit5 as ref
 from conftest import REPO, config, run_tool, tool
-from slurm_cluster import free_port
-from test_e2e import MASKRCNN, UPERNET
 
 pytestmark = pytest.mark.slow
 DIST_TRAIN = osp.join(REPO, 'tools', 'dist_train.sh')

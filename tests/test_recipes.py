@@ -12,8 +12,8 @@ import sys
 import pytest
 from mmengine.config import Config
 
-from conftest import REPO, config
 from benchmarks.results import BEGIN, END, collect_runs, results_table
+from conftest import REPO, config
 from mmvit5.utils import load_config, shrink_model
 
 SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'vit5*.py'))

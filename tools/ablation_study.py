@@ -17,14 +17,21 @@ import os.path as osp
 import sys
 import time
 
-from make_toy_data import make_dataset
 from mmengine.config import Config
+
+from make_toy_data import make_dataset
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
 
-from benchmarks.ablation import (BASELINE, ablation_configs, markdown_table,  # noqa: E402
-                                 run_study, summarize, switch_override)
+from benchmarks.ablation import (  # noqa: E402
+    BASELINE,
+    ablation_configs,
+    markdown_table,
+    run_study,
+    summarize,
+    switch_override,
+)
 
 TASKS = {  # recipe, toy config, the metric the table reports
     'upernet': ('vit5_upernet_ade20k', 'configs/toy/vit5-tiny_upernet_shapes.py', 'mIoU'),

@@ -26,8 +26,16 @@ from mmengine.config import Config, DictAction  # noqa: E402
 
 from benchmarks.core import Setup, forward_step  # noqa: E402
 from benchmarks.timing import interleaved_latencies  # noqa: E402
-from mmvit5.deploy import (PARTS, build_part, check_sides, coarsest_stride,  # noqa: E402
-                           errors_at, example_input, export_onnx, ort_session)
+from mmvit5.deploy import (  # noqa: E402
+    PARTS,
+    build_part,
+    check_sides,
+    coarsest_stride,
+    errors_at,
+    example_input,
+    export_onnx,
+    ort_session,
+)
 from mmvit5.deploy.onnx import run_session  # noqa: E402
 
 

@@ -9,8 +9,7 @@ import argparse
 import os.path as osp
 import sys
 
-from mmvit5.utils import (add_runner_args, build_runner, config_from_args, enable_amp,
-                          enable_resume)
+from mmvit5.utils import add_runner_args, build_runner, config_from_args, enable_amp, enable_resume
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # benchmarks/ beside tools/
 try:  # the results harness lives in the checkout, not in the installed runtime

@@ -13,7 +13,8 @@ def atomic_open(path: PathLike, mode: str = 'wb', **kwargs) -> Iterator[IO]:
     The block writes to ``<path>.<pid>.part`` in the same folder (one per process: the ranks of
     a distributed run may write the same file, as mmengine's test metrics); a clean exit
     flushes it to disk and renames it onto ``path`` (one atomic step on POSIX), an exception
-    removes it and leaves ``path`` as it was. A kill mid-write leaves at most a stale ``.part`` file beside it.
+    removes it and leaves ``path`` as it was. A kill mid-write leaves at most a stale
+    ``.part`` file beside it.
 
     Args:
         path (str | PathLike): the file to (re)place.

@@ -5,8 +5,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .kernels import qk_norm_rope as fused_qk_norm_rope
+from .kernels import triton_enabled
 from .layer_scale import scaled_linear
-from .mode import eager_training
+from .mode import ExecutionMode, eager_training, execution_mode
 from .norm import RMSNorm
 from .qk_norm_rope import QKNormRoPE, RecomputeSaved, qk_norm_rope
 from .rope import apply_rope
@@ -94,8 +96,6 @@ class Attention(nn.Module):
         q, k and v stay (B, T, heads, D) in memory, as timm's: attention then writes its
         output in that layout too, and (B, T, C) for ``proj`` is a view, not a copy.
         """
-        q, k, v = qkv.unbind(2)
-        rope = None if rope is None else rope[:, None]  # broadcast over heads
         kernel = None
         if self.window_size:
             # 'math' batches windows like 'sdpa', with the explicit formula in ``attend``
@@ -103,23 +103,58 @@ class Attention(nn.Module):
                                            self.attn_impl, qkv)
         # no hooks in compiled graphs, which they would break, nor around the compiled
         # flex_attention, whose graph keeps what it chooses
-        if eager_training() and self.recompute_qk and kernel != 'flex':
+        recompute = eager_training() and self.recompute_qk and kernel != 'flex'
+        if isinstance(self.q_norm, RMSNorm) and triton_enabled(qkv) and \
+                execution_mode() is not ExecutionMode.EXPORTING:
+            return self._fused_attention(qkv, rope, windows, kernel, recompute)
+        q, k, v = qkv.unbind(2)
+        rope = None if rope is None else rope[:, None]  # broadcast over heads
+        if recompute:
             with RecomputeSaved() as saved:
                 return self._attention(q, k, v, rope, windows, kernel, saved)
         return self._attention(q, k, v, rope, windows, kernel, None)
 
-    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   rope: Optional[torch.Tensor], windows: Optional[WindowLayout],
-                   kernel: Optional[str], saved: Optional[RecomputeSaved]) -> torch.Tensor:
-        q = self._norm_rope(q, self.q_norm, rope, saved)
-        k = self._norm_rope(k, self.k_norm, rope, saved)
-        v = v.transpose(1, 2)
+    def _fused_attention(self, qkv: torch.Tensor, rope: Optional[torch.Tensor],
+                         windows: Optional[WindowLayout], kernel: Optional[str],
+                         recompute: bool) -> torch.Tensor:
+        """:meth:`qkv_attention` with QK-Norm + RoPE as one Triton kernel each way
+        (:mod:`.kernels`); with ``recompute``, attention's saved q and k are remade by one
+        more forward kernel in backward instead of kept."""
+        device = qkv.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        args = (qkv, self.q_norm.weight, self.k_norm.weight, rope, self.q_norm.eps, dtype)
+        if not recompute:
+            return self._attend_windows(*fused_qk_norm_rope(*args), windows, kernel)
+        remade = {}
+
+        def remake(i: int) -> torch.Tensor:  # one kernel remakes q and k together
+            if i not in remade:
+                remade.update(enumerate(fused_qk_norm_rope(*args)[:2]))
+            return remade.pop(i)
+
+        with RecomputeSaved() as saved:
+            q, k, v = fused_qk_norm_rope(*args)
+            saved.register(q, lambda: remake(0))
+            saved.register(k, lambda: remake(1))
+            return self._attend_windows(q, k, v, windows, kernel)
+
+    def _attend_windows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                        windows: Optional[WindowLayout], kernel: Optional[str]) -> torch.Tensor:
+        """Attention of (B, heads, T, D) q, k, v, global (``kernel`` None) or windowed
+        -> (B, T, heads, D)."""
         if kernel is None:
             return self.attend(q, k, v).transpose(1, 2)
         if windows is None:
             raise ValueError('a windowed block needs its WindowLayout (ViT5 passes it); '
                              'call it through the backbone or pass windows=window_layout(...)')
         return window_attention(q, k, v, windows, self.attend, kernel)
+
+    def _attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   rope: Optional[torch.Tensor], windows: Optional[WindowLayout],
+                   kernel: Optional[str], saved: Optional[RecomputeSaved]) -> torch.Tensor:
+        q = self._norm_rope(q, self.q_norm, rope, saved)
+        k = self._norm_rope(k, self.k_norm, rope, saved)
+        return self._attend_windows(q, k, v.transpose(1, 2), windows, kernel)
 
     @staticmethod
     def _norm_rope(x: torch.Tensor, norm: nn.Module, rope: Optional[torch.Tensor],
