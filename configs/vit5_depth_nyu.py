@@ -16,7 +16,8 @@ _base_ = [
 ]
 anchor = dict(model='DINOv2 ViT-B/14 frozen, linear on 4 layers', metric='RMSE', value=0.362,
               source='DINOv2 (Oquab et al., 2023), MODEL_CARD.md')
-custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
+# the depth head needs mmseg.models (and so timm): imported by the configs that use it
+custom_imports = dict(imports=['mmvit5', 'mmvit5.models.heads'], allow_failed_imports=False)
 custom_hooks = [dict(type='RNGStateHook')]
 
 crop_size = (480, 480)

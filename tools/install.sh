@@ -122,6 +122,9 @@ fi
 #    on the torch version.
 say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, fairscale, helpers and extras"
 "${pip[@]}" install --no-cache-dir -r "$here/requirements.txt" ${wheel:+"$wheel"}
+# panoptic evaluation (CocoPanopticMetric): panopticapi-lite declares numpy<2 but runs on the
+# numpy 2 that opencv needs, so it comes without its declared dependencies
+"${pip[@]}" install --no-cache-dir --no-deps "$(grep -oE 'panopticapi-lite==[0-9.]+' "$here/requirements/tests.txt")"
 
 # 4. mmvit5 itself, editable, so custom_imports=['mmvit5'] works from any directory, and the
 #    start-up file (editable installs carry no files outside the package path).

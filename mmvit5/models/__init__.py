@@ -1,4 +1,3 @@
 from .backbones import *  # noqa: F401,F403
-from .heads import *  # noqa: F401,F403
 from .layers import *  # noqa: F401,F403
 from .necks import *  # noqa: F401,F403
