@@ -39,19 +39,35 @@ def allow_mmengine_checkpoints(work_dir: str) -> None:
     torch.load(path, weights_only=True)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
 def allow_cpu_distributed(work_dir: str) -> None:
     """mmengine's pytorch launcher and its DDP wrapper on a machine without CUDA (gloo)."""
     if torch.cuda.is_available():
         skip('CUDA is available: the patch leaves GPU runs to mmengine')
     from mmengine.dist import init_dist
     from mmengine.model.wrappers import MMDistributedDataParallel
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
     os.environ.update(RANK='0', LOCAL_RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1',
-                      MASTER_PORT=str(port))
+                      MASTER_PORT=str(free_port()))
     init_dist('pytorch', backend='gloo')
     MMDistributedDataParallel(nn.Linear(2, 2), device_ids=[0])
+    torch.distributed.destroy_process_group()
+
+
+def allow_cpu_slurm(work_dir: str) -> None:
+    """mmengine's slurm launcher in one SLURM task on a machine without CUDA (gloo)."""
+    if torch.cuda.is_available():
+        skip('CUDA is available: the patch leaves GPU runs to mmengine')
+    from mmengine.dist import init_dist
+    os.environ.update(SLURM_PROCID='0', SLURM_NTASKS='1', SLURM_LOCALID='0',
+                      SLURM_NODELIST='localhost', MASTER_ADDR='127.0.0.1',
+                      MASTER_PORT=str(free_port()))
+    init_dist('slurm', backend='gloo')
+    assert torch.distributed.get_world_size() == 1
     torch.distributed.destroy_process_group()
 
 

@@ -169,6 +169,7 @@ def probe(name, work_dir, disable=''):
 UPSTREAM_ERRORS = {
     'allow_mmengine_checkpoints': 'Unsupported global: GLOBAL mmengine.logging.history_buffer',
     'allow_cpu_distributed': r'(NVIDIA driver|not compiled with CUDA|CUDA)',
+    'allow_cpu_slurm': r'(NVIDIA driver|not compiled with CUDA|CUDA)',
     'crash_safe_checkpoints': r"FileNotFoundError: .*iter_1\.pth",
     'contiguous_roi_align': 'Tensor-likes are not close',
     'skip_unimportable_multimodal': 'NoneType takes no arguments',
