@@ -11,7 +11,8 @@ from .mode import ExecutionMode, eager_training, execution_mode
 def _scaled_forward(x: torch.Tensor, linear: nn.Linear, scale: torch.Tensor) -> torch.Tensor:
     # folded where the output (rows x out) is larger than the weight (in x out): the extra
     # elementwise pass then runs over the smaller tensor
-    if execution_mode() is ExecutionMode.EXPORTING or x.numel() // linear.in_features > linear.in_features:
+    rows = x.numel() // linear.in_features
+    if execution_mode() is ExecutionMode.EXPORTING or rows > linear.in_features:
         bias = None if linear.bias is None else linear.bias * scale
         return F.linear(x, linear.weight * scale[:, None], bias)
     return linear(x) * scale
