@@ -98,7 +98,7 @@ class ViT5(BaseModule):
         compile_blocks (bool): ``torch.compile`` each block in place (regional compilation:
             identical blocks share one compiled graph, state-dict keys unchanged). Inductor
             fuses ViT-5's elementwise passes (QK-Norm, RoPE, LayerScale), which eager runs as
-            separate kernels; see the README's training benchmarks for where it pays.
+            separate kernels; see docs/en/advanced/training_path.md for where it pays.
             Not with ``cp_impl='fairscale'`` (use ``'torch'``).
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a
             released, mmengine or mmdet/mmseg checkpoint (``prefix`` and ``checkpoint_key``
