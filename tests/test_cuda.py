@@ -138,6 +138,18 @@ def train_grads(model, x, recompute, autocast):
     return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
+def test_windowed_gradients_on_cuda_equal_the_cpu_path():
+    """CUDA's windowed blocks (flex_attention, Triton QK-Norm + RoPE) against the CPU's
+    (batched SDPA windows), which tests/test_attention.py checks against the dense rule."""
+    cpu, gpu = pair(window_size=4, global_attn_indices=(3, ))
+    cpu.train(), gpu.train()
+    x = torch.randn(2, 3, 96, 128)
+    for model, inputs in ((cpu, x), (gpu, x.cuda())):
+        sum(out.sum() for out in model(inputs)).backward()
+    for (name, a), b in zip(cpu.named_parameters(), gpu.parameters()):
+        torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=1e-3, atol=1e-4, msg=name)
+
+
 @pytest.mark.parametrize('autocast', [False, True], ids=['float32', 'bf16-autocast'])
 @pytest.mark.parametrize('window_size', [0, 4])
 def test_training_path_equals_the_unfused_model_on_cuda(window_size, autocast):
