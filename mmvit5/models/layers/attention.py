@@ -124,7 +124,7 @@ class Attention(nn.Module):
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         args = (qkv, self.q_norm.weight, self.k_norm.weight, rope, self.q_norm.eps, dtype)
         if not recompute:
-            return self._attend_windows(*fused_qk_norm_rope(*args), windows, kernel)
+            return self._attend_heads(*fused_qk_norm_rope(*args), windows, kernel)
         remade = {}
 
         def remake(i: int) -> torch.Tensor:  # one kernel remakes q and k together
@@ -136,9 +136,9 @@ class Attention(nn.Module):
             q, k, v = fused_qk_norm_rope(*args)
             saved.register(q, lambda: remake(0))
             saved.register(k, lambda: remake(1))
-            return self._attend_windows(q, k, v, windows, kernel)
+            return self._attend_heads(q, k, v, windows, kernel)
 
-    def _attend_windows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    def _attend_heads(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         windows: Optional[WindowLayout], kernel: Optional[str]) -> torch.Tensor:
         """Attention of (B, heads, T, D) q, k, v, global (``kernel`` None) or windowed
         -> (B, T, heads, D)."""
@@ -154,7 +154,7 @@ class Attention(nn.Module):
                    kernel: Optional[str], saved: Optional[RecomputeSaved]) -> torch.Tensor:
         q = self._norm_rope(q, self.q_norm, rope, saved)
         k = self._norm_rope(k, self.k_norm, rope, saved)
-        return self._attend_windows(q, k, v.transpose(1, 2), windows, kernel)
+        return self._attend_heads(q, k, v.transpose(1, 2), windows, kernel)
 
     @staticmethod
     def _norm_rope(x: torch.Tensor, norm: nn.Module, rope: Optional[torch.Tensor],
