@@ -6,7 +6,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mmvit5.models.layers import apply_rope
-from mmvit5.models.layers.kernels import HAS_TRITON, qk_norm_rope, triton_enabled
+from mmvit5.models.layers.kernels import HAS_TRITON, triton_enabled
+from mmvit5.models.layers.kernels.qk_norm_rope_op import qk_norm_rope
 from mmvit5.models.layers.norm import RMSNorm
 
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason='triton does not import')

@@ -5,8 +5,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kernels import qk_norm_rope as fused_qk_norm_rope
 from .kernels import triton_enabled
+from .kernels.qk_norm_rope_op import qk_norm_rope as fused_qk_norm_rope
 from .layer_scale import scaled_linear
 from .mode import ExecutionMode, eager_training, execution_mode
 from .norm import RMSNorm

@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.registry import MODELS
 
+from .kernels import triton_enabled
 from .mode import ExecutionMode, execution_mode
 
 
@@ -57,23 +58,39 @@ def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
     return grad_x.to(x.dtype), grad_weight
 
 
+def _triton_kernels():
+    from .kernels import rms_norm_triton  # it imports this module: not at import time
+    return rms_norm_triton
+
+
 class _RMSNormFunction(torch.autograd.Function):
     """RMSNorm that keeps only its input and 1/rms for the backward pass.
 
     Autograd of the composite form also keeps the normalised tensor for the weight's gradient:
     one more (..., dim) activation per norm, four per ViT-5 block (two pre-norms, QK-Norm).
-    Recomputing it in backward costs one elementwise pass.
+    Recomputing it in backward costs one elementwise pass. Where the fused kernels run
+    (:func:`.kernels.triton_enabled`), forward and backward are one Triton kernel each
+    (:mod:`.kernels.rms_norm_triton`).
     """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        out, rstd = rms_norm(x, weight, eps)
+        ctx.use_triton = triton_enabled(x) and execution_mode() is not ExecutionMode.EXPORTING
+        if ctx.use_triton:
+            x = x.contiguous()
+            out, rstd = _triton_kernels().rms_norm_fwd(x, weight, eps)
+        else:
+            out, rstd = rms_norm(x, weight, eps)
         ctx.save_for_backward(x, rstd, weight)
         return out
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         x, rstd, weight = ctx.saved_tensors
+        if ctx.use_triton:
+            grad_x, shares = _triton_kernels().rms_norm_bwd(grad.contiguous(), x, rstd, weight)
+            grad_weight = shares.sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
+            return grad_x, grad_weight, None
         return *rms_norm_backward(grad, x, rstd, weight, ctx.needs_input_grad[1]), None
 
 

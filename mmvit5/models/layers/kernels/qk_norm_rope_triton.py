@@ -27,6 +27,20 @@ def _cast(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _mul(a, b, INTERPRET: tl.constexpr):
+    """``a * b``. Triton's interpreter (3.8) multiplies two bfloat16 tensors wrongly; there
+    the product is made in float32 (exact for two half-precision values) and rounded once,
+    as the GPU rounds it."""
+    if INTERPRET:
+        dtype = (tl.zeros((1, ), a.dtype) * tl.zeros((1, ), b.dtype)).dtype
+        wide = tl.float64 if dtype == tl.float64 else tl.float32
+        out = _cast(a.to(wide) * b.to(wide), dtype, INTERPRET)
+    else:
+        out = a * b
+    return out
+
+
+@triton.jit
 def _rotate(x, rope_ptr, t, cols, mask, D: tl.constexpr, INVERSE: tl.constexpr,
             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """Rotate the rows ``x`` (BLOCK_M, BLOCK_D) of tokens ``t`` by the (cos, sin) table
@@ -51,7 +65,7 @@ def _norm_rope_rows(qkv_ptr, w_ptr, rope_ptr, out_ptr, rstd_ptr, src, dst, stat,
     xf = x.to(rstd_ptr.dtype.element_ty)  # float32, float64 for float64
     rstd = tl.math.rsqrt(tl.sum(xf * xf, axis=1) / D + eps)
     w = tl.load(w_ptr + cols, mask=cols < D, other=0.)
-    y = _cast(xf * rstd[:, None], x.dtype, INTERPRET) * w[None, :]
+    y = _mul(_cast(xf * rstd[:, None], x.dtype, INTERPRET), w[None, :], INTERPRET)
     if HAS_ROPE:
         y = _cast(_rotate(y.to(xf.dtype), rope_ptr, t, cols, mask, D, False, BLOCK_M, BLOCK_D),
                   y.dtype, INTERPRET)
@@ -89,33 +103,34 @@ def _qk_norm_rope_fwd_kernel(qkv_ptr, qw_ptr, kw_ptr, rope_ptr, q_ptr, k_ptr, rs
 
 
 @triton.jit
-def _norm_rope_rows_backward(qkv_ptr, rstd_ptr, w_ptr, rope_ptr, g_ptr, dqkv_ptr, dw_ptr, src,
-                             stat, g_off, t, cols, mask, row_ok, D: tl.constexpr,
+def _norm_rope_rows_backward(qkv_ptr, rstd_ptr, w_ptr, rope_ptr, g_ptr, dqkv_ptr, src, stat,
+                             g_off, t, cols, mask, row_ok, D: tl.constexpr,
                              HAS_ROPE: tl.constexpr, HAS_GRAD: tl.constexpr,
                              BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                              INTERPRET: tl.constexpr):
-    """Gradient of :func:`_norm_rope_rows` for its input rows (written at ``src`` of d(qkv))
-    and this program's share of the weight gradient (written at ``dw_ptr``)."""
+    """Gradient of :func:`_norm_rope_rows` for its input rows (written at ``src`` of d(qkv));
+    returns these rows' share of the weight gradient (BLOCK_D, )."""
     if HAS_GRAD:
         x = tl.load(qkv_ptr + src[:, None] + cols[None, :], mask=mask, other=0.)
         rstd = tl.load(rstd_ptr + stat, mask=row_ok, other=0.)
         w = tl.load(w_ptr + cols, mask=cols < D, other=0.)
         normed = x.to(rstd.dtype) * rstd[:, None]  # recomputed, not saved
         normed_x = _cast(normed, x.dtype, INTERPRET)
-        y_dtype = (normed_x * w[None, :]).dtype  # the forward's product, before the rotation
+        # the forward's product, before the rotation
+        y_dtype = _mul(normed_x, w[None, :], INTERPRET).dtype
         g = _cast(tl.load(g_ptr + g_off, mask=mask, other=0.), y_dtype, INTERPRET)
         if HAS_ROPE:
             g = _cast(_rotate(g.to(rstd.dtype), rope_ptr, t, cols, mask, D, True, BLOCK_M,
                               BLOCK_D), y_dtype, INTERPRET)
-        dw = tl.sum((g * normed_x).to(rstd.dtype), axis=0)
-        gn = (g * w[None, :]).to(rstd.dtype)
+        dw = tl.sum(_mul(g, normed_x, INTERPRET).to(rstd.dtype), axis=0)
+        gn = _mul(g, w[None, :], INTERPRET).to(rstd.dtype)
         dx = rstd[:, None] * (gn - normed * (tl.sum(gn * normed, axis=1) / D)[:, None])
     else:
         dx = tl.zeros((BLOCK_M, BLOCK_D), dtype=rstd_ptr.dtype.element_ty)
         dw = tl.zeros((BLOCK_D, ), dtype=rstd_ptr.dtype.element_ty)
     tl.store(dqkv_ptr + src[:, None] + cols[None, :],
              _cast(dx, dqkv_ptr.dtype.element_ty, INTERPRET), mask=mask)
-    tl.store(dw_ptr + cols, dw, mask=cols < D)
+    return dw
 
 
 @triton.jit
@@ -134,14 +149,14 @@ def _qk_norm_rope_bwd_kernel(qkv_ptr, rstd_ptr, qw_ptr, kw_ptr, rope_ptr, dq_ptr
     dq_off = (b * dq_b + head * dq_h + t * dq_t)[:, None] + cols[None, :] * dq_d
     dk_off = (b * dk_b + head * dk_h + t * dk_t)[:, None] + cols[None, :] * dk_d
     # d(weight) shares: (2, programs, D)
-    dw_q = dw_ptr + pid * D
-    dw_k = dw_ptr + (tl.num_programs(0) + pid) * D
-    _norm_rope_rows_backward(qkv_ptr, rstd_ptr, qw_ptr, rope_ptr, dq_ptr, dqkv_ptr, dw_q, src,
-                             stat, dq_off, t, cols, mask, row_ok, D, HAS_ROPE, HAS_DQ, BLOCK_M,
-                             BLOCK_D, INTERPRET)
-    _norm_rope_rows_backward(qkv_ptr, rstd_ptr, kw_ptr, rope_ptr, dk_ptr, dqkv_ptr, dw_k,
-                             src + H * D, stat + H, dk_off, t, cols, mask, row_ok, D,
-                             HAS_ROPE, HAS_DK, BLOCK_M, BLOCK_D, INTERPRET)
+    dw_q = _norm_rope_rows_backward(qkv_ptr, rstd_ptr, qw_ptr, rope_ptr, dq_ptr, dqkv_ptr, src,
+                                    stat, dq_off, t, cols, mask, row_ok, D, HAS_ROPE, HAS_DQ,
+                                    BLOCK_M, BLOCK_D, INTERPRET)
+    dw_k = _norm_rope_rows_backward(qkv_ptr, rstd_ptr, kw_ptr, rope_ptr, dk_ptr, dqkv_ptr,
+                                    src + H * D, stat + H, dk_off, t, cols, mask, row_ok, D,
+                                    HAS_ROPE, HAS_DK, BLOCK_M, BLOCK_D, INTERPRET)
+    tl.store(dw_ptr + pid * D + cols, dw_q, mask=cols < D)
+    tl.store(dw_ptr + (tl.num_programs(0) + pid) * D + cols, dw_k, mask=cols < D)
     # v's gradient into its slot of d(qkv): the same pass, no stack or add afterwards
     dst = dqkv_ptr + src[:, None] + 2 * H * D + cols[None, :]
     if HAS_DV:
