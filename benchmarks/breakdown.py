@@ -11,6 +11,7 @@ Two measurements of one block at the token count of an input size:
   over rounds. The ``attention`` part of ViT-5 is QK-Norm + RoPE + attention (backward
   includes recomputing the rotated q, k); timm's is attention alone.
 """
+import collections
 import contextlib
 import os
 import statistics
@@ -21,6 +22,10 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequenc
 import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from mmvit5.models.layers.kernels import triton_enabled
 
 from .core import Setup, progress, synchronize
 from .report import fmt
@@ -235,11 +240,30 @@ def part_times(parts: List[Part], setup: Setup, rounds: int) -> List[PartTime]:
 
 
 class Launches(NamedTuple):
-    """One block's forward + backward under the profiler."""
+    """One block's forward + backward under the profiler and under :class:`DispatchCount`."""
     model: str
-    ops: int  # aten ops dispatched from Python (CPU side)
+    # outermost aten ops under the profiler (a composite op counts once); None where Triton's
+    # interpreter runs the kernels, whose own aten ops the profiler would count
+    ops: Optional[int]
     kernels: int  # device kernels launched (CUDA only)
     kernel_ms: float  # summed kernel time (CUDA only)
+    dispatched: Optional[int] = None  # :class:`DispatchCount` (not in older records)
+
+
+class DispatchCount(TorchDispatchMode):
+    """The ops dispatched to a backend that make tensors, view ops left out, by name: on the
+    GPU one kernel launch each (ATen ops; mmvit5's Triton ops launch exactly one). Unlike the
+    profiler's outermost ops, a composite op counts as the ops it runs, as the GPU runs them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not func.is_view and any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
+            self.ops[str(func.overloadpacket)] += 1
+        return out
 
 
 def launches(model: str, step: Callable[[], torch.Tensor], setup: Setup) -> Launches:
@@ -258,8 +282,13 @@ def launches(model: str, step: Callable[[], torch.Tensor], setup: Setup) -> Laun
     # outermost aten ops: dispatched by Python or by the autograd engine, not by another op
     ops = sum(1 for e in events if e.name.startswith('aten::') and (
         e.cpu_parent is None or not e.cpu_parent.name.startswith('aten::')))
+    if setup.device.type != 'cuda' and triton_enabled(torch.empty(0)):
+        ops = None
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
-    return Launches(model, ops, len(kernels), sum(e.device_time for e in kernels) / 1e3)
+    with DispatchCount() as counted:
+        _fwd_bwd(step, setup)
+    return Launches(model, ops, len(kernels), sum(e.device_time for e in kernels) / 1e3,
+                    sum(counted.ops.values()))
 
 
 def build_blocks(size: int, setup: Setup):
@@ -275,10 +304,21 @@ def build_blocks(size: int, setup: Setup):
     return vit5.blocks[0], timm_block, rope, grid
 
 
+def block_launches(size: int, setup: Setup, blocks: Optional[tuple] = None) -> List[Launches]:
+    """Launches of ViT5-B's block and timm's ViT-B block (``blocks``, else built as
+    :func:`build_blocks`), forward + backward at ``size``."""
+    block, timm_block, rope, grid = blocks or build_blocks(size, setup)
+    x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
+    x = _leaf(setup.batch, 1 + grid[0] * grid[1], 768, setup=setup)
+    return [launches('vit5-b', lambda: block(x5, rope), setup),
+            launches('timm-vit-b', lambda: timm_block(x), setup)]
+
+
 def breakdown(size: int, setup: Setup, rounds: int
               ) -> Tuple[List[Saved], List[PartTime], List[Launches]]:
     """Saved activations, part times and launches of one block at ``size`` x ``size``."""
-    block, timm_block, rope, grid = build_blocks(size, setup)
+    blocks = build_blocks(size, setup)
+    block, timm_block, rope, grid = blocks
     T = 1 + grid[0] * grid[1]
     x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
     x = _leaf(setup.batch, T, 768, setup=setup)
@@ -288,9 +328,7 @@ def breakdown(size: int, setup: Setup, rounds: int
     progress(f'breakdown {size}x{size}: part times x {rounds} rounds')
     times = part_times(block_parts(block, timm_block, rope, grid, setup), setup, rounds)
     progress(f'breakdown {size}x{size}: profiled launches')
-    counted = [launches('vit5-b', lambda: block(x5, rope), setup),
-               launches('timm-vit-b', lambda: timm_block(x), setup)]
-    return saved, times, counted
+    return saved, times, block_launches(size, setup, blocks)
 
 
 def saved_table(saved: List[Saved]) -> str:
@@ -320,9 +358,15 @@ def part_table(times: List[PartTime]) -> str:
 
 
 def launches_table(counted: List[Launches]) -> str:
-    lines = ['| block | aten ops (CPU) | CUDA kernels | summed kernel ms |', '|---|---|---|---|']
-    lines += [f'| {c.model} | {c.ops} | {c.kernels or "-"} | '
-              f'{fmt(c.kernel_ms, 2) if c.kernels else "-"} |' for c in counted]
+    lines = ['| block | ops dispatched (fused ops count 1) | outermost aten ops (profiler) | '
+             'CUDA kernels | summed kernel ms |', '|---|---|---|---|---|']
+    lines += [f'| {c.model} | {"-" if c.dispatched is None else c.dispatched} | '
+              f'{"-" if c.ops is None else c.ops} | '
+              f'{c.kernels or "-"} | {fmt(c.kernel_ms, 2) if c.kernels else "-"} |'
+              for c in counted]
+    if len(counted) == 2 and all(c.dispatched for c in counted):
+        lines.append(f'| **ratio** | **{counted[0].dispatched / counted[1].dispatched:.2f}** '
+                     '| | | |')
     return '\n'.join(lines)
 
 

@@ -10,7 +10,8 @@ that the committed files are what it would write.
 Kinds of results files:
 
 * ``tools/benchmark.py --json`` output: ``targets`` (``--targets`` / ``--detector-targets``),
-  ``breakdown`` (``--breakdown``), ``components`` (``--components``);
+  ``breakdown`` (``--breakdown``), ``launches`` (``--launches``), ``components``
+  (``--components``);
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
@@ -72,6 +73,8 @@ def _meta_line(data: dict) -> str:
     meta = data.get('meta', {})
     settings = [meta.get('device'), meta.get('dtype'),
                 f'batch {meta["batch"]}' if 'batch' in meta else None,
+                (f'fused kernels {"on" if meta["fused_kernels"] else "off"}'
+                 if 'fused_kernels' in meta else None),
                 f'torch {meta["torch"]}' if 'torch' in meta else None,
                 f'onnxruntime {meta["onnxruntime"]}' if 'onnxruntime' in meta else None]
     return ', '.join(s for s in settings if s)
@@ -96,6 +99,12 @@ def breakdown(data: dict) -> str:
                     f'launches**\n\n{launches_table(counted)}\n\n**{size}x{size}, kept for '
                     f'backward**\n\n{saved_table(saved)}')
     return '\n\n'.join(text)
+
+
+def launches(data: dict) -> str:
+    """Per size: one block's ops and kernels, forward + backward (``--launches``)."""
+    return '\n\n'.join(f'**{size}x{size}**\n\n' + launches_table([Launches(**c) for c in found])
+                       for size, found in data['launches'].items())
 
 
 def components(data: dict) -> str:
@@ -139,6 +148,7 @@ TABLES: Dict[str, Table] = {
     'cpu-breakdown-512': Table('cpu_training/breakdown512.json', breakdown),
     'cpu-breakdown': Table('cpu_training/breakdown.json', breakdown),
     'h200-breakdown': Table('gpu_h200/breakdown.json', breakdown),
+    'cpu-launches': Table('cpu_training/launches.json', launches),
     'components-1024-train': Table('components_1024_train.json', components),
     'ablations-toy': Table('ablations_toy.json', ablations),
     'cpu-benchmark': Table('transcribed/cpu_benchmark_2026-12-03.json', transcribed),

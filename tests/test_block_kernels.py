@@ -7,9 +7,8 @@ import pytest
 import timm
 import torch
 import torch.nn as nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
+from benchmarks.breakdown import DispatchCount
 from mmvit5.models import ViT5
 from mmvit5.models.layers import RMSNorm, scaled_linear
 from mmvit5.models.layers.kernels import HAS_TRITON
@@ -96,24 +95,9 @@ def test_layer_scale_kernel_with_a_frozen_weight(monkeypatch):
     assert gamma.grad is not None and torch.isfinite(gamma.grad).all()
 
 
-class CountLaunches(TorchDispatchMode):
-    """Ops that make tensors, view ops left out: one kernel launch each on the GPU (ATen ops)
-    or at least one (the Triton ops launch exactly one)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if not func.is_view and any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
-            self.ops[str(func.overloadpacket)] += 1
-        return out
-
-
 def block_launches(block, rope, autocast: bool) -> collections.Counter:
     x = torch.randn(2, 1 + 8 * 8 + 4, 64, requires_grad=True)
-    with torch.autocast('cpu', torch.bfloat16, enabled=autocast), CountLaunches() as counted:
+    with torch.autocast('cpu', torch.bfloat16, enabled=autocast), DispatchCount() as counted:
         out = block(x) if rope is None else block(x, rope)
         out.float().sum().backward()
     return counted.ops

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import asdict
 from typing import List, Optional, Sequence
 
@@ -20,7 +21,7 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 
-from benchmarks.breakdown import breakdown_report  # noqa: E402
+from benchmarks.breakdown import block_launches, breakdown_report, launches_table  # noqa: E402
 from benchmarks.components import (COMPONENTS, PRETRAIN_SIZE,  # noqa: E402
                                    component_times, select_components)
 from benchmarks.core import Row, Setup, free_memory, progress  # noqa: E402
@@ -29,11 +30,13 @@ from benchmarks.peers import PEERS, VIT5_ARCHS, build_vit5, select_peers  # noqa
 from benchmarks.peers import unavailable_reason  # noqa: E402
 from benchmarks.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
                                save_components_plot, save_plot)
+from benchmarks.results import git_commit  # noqa: E402
 from benchmarks.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
 from benchmarks.targets import (detector_targets, row_targets,  # noqa: E402
                                 targets_table, timed_targets)
 from benchmarks.timing import matmul_gflop_s  # noqa: E402
 from benchmarks.train_loop import train_loop_report, train_loop_table  # noqa: E402
+from mmvit5.models.layers.kernels import triton_enabled  # noqa: E402
 
 DEFAULT_FULL_CONFIGS = 'configs/vit5_maskrcnn_coco.py,configs/vit5_upernet_ade20k.py'
 QUICK = dict(sizes='64', models='vit5-s', repeats=1, warmup=0, peers='timm-vit', matmul_size=1024)
@@ -85,6 +88,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='instead of the main table, break one ViT5-B block\'s training cost '
                         'down against timm\'s ViT-B block at these input sides: saved '
                         'activations by module, forward/backward time per part')
+    parser.add_argument('--launches', default='',
+                        help='instead of the main table, count the ops and kernels of one '
+                        'ViT5-B block\'s forward + backward against timm\'s ViT-B block at these '
+                        'input sides (the GPU code path where the fused kernels run: on CUDA, or '
+                        'MMVIT5_TRITON=1 TRITON_INTERPRET=1 here)')
     parser.add_argument('--components', nargs='?', const='all',
                         help='instead of the main table, time ViT5 (default vit5-b) with each '
                         'part removed, in eager and ONNX Runtime: all, or a comma list of '
@@ -205,6 +213,31 @@ def run_breakdown(args: argparse.Namespace, setup: Setup, device: str) -> int:
     return 0
 
 
+def run_launches(args: argparse.Namespace, setup: Setup, device: str,
+                 argv: Optional[Sequence[str]]) -> int:
+    """--launches: one block's ops and kernels, forward + backward, against timm's."""
+    fused = triton_enabled(torch.empty(0, device=setup.device))
+    print(f"## Launches of one ViT5-B block against timm's ViT-B block, forward + backward: "
+          f"{device}, {args.dtype}, batch {args.batch}, fused kernels "
+          f"{'on' if fused else 'off'}, torch {torch.__version__}\n")
+    raw = {}
+    for size in sizes(args.launches):
+        counted = block_launches(size, setup)
+        print(f'### {size}x{size}\n\n{launches_table(counted)}\n')
+        raw[size] = [c._asdict() for c in counted]
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, 'w') as f:
+            json.dump(dict(meta=dict(device=device, dtype=args.dtype, batch=args.batch,
+                                     fused_kernels=fused, torch=torch.__version__,
+                                     date=time.strftime('%Y-%m-%d', time.gmtime()),
+                                     commit=git_commit(REPO),
+                                     command='python tools/benchmark.py ' + ' '.join(
+                                         sys.argv[1:] if argv is None else argv)),
+                           launches=raw), f, indent=1)
+    return 0
+
+
 def run_train_log(args: argparse.Namespace, setup: Setup, device: str) -> int:
     """--train-log: the tools/train.py loop against the model-only step."""
     log, config, arch = args.train_log.split(':')
@@ -230,6 +263,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return run_components(args, setup, device)
     if args.breakdown:
         return run_breakdown(args, setup, device)
+    if args.launches:
+        return run_launches(args, setup, device, argv)
     if args.train_log:
         return run_train_log(args, setup, device)
     setup.matmul_gflop_s = matmul_gflop_s(setup, args.matmul_size)
