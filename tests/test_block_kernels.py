@@ -34,7 +34,8 @@ def both_paths(monkeypatch, fn):
 
 @pytest.mark.parametrize('x_dtype,w_dtype', [(torch.float32, torch.float32),
                                              (torch.bfloat16, torch.bfloat16),
-                                             (torch.bfloat16, torch.float32)])
+                                             (torch.bfloat16, torch.float32),
+                                             (torch.float16, torch.float32)])
 @pytest.mark.parametrize('shape', [(2, 45, 96), (3, 64)])  # C no power of two; 2-D
 def test_rms_norm_kernels_equal_pytorch_path(monkeypatch, x_dtype, w_dtype, shape):
     g = torch.Generator().manual_seed(0)

@@ -198,3 +198,30 @@ def test_fused_rms_norm_backward_equals_the_composite(monkeypatch):
     composite = norm.rms_norm_backward(grad, x, rstd, weight)
     for a, b in zip(fused, composite):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('window_size', [0, 4])
+def test_compiled_blocks_with_the_fused_kernels_equal_eager(window_size):
+    """compile_blocks traces the Triton ops (triton_op) and flex_attention into each block's
+    graph: the same values and gradients as the eager fused path."""
+    eager = build(window_size=window_size, global_attn_indices=(3, )).cuda().train()
+    compiled = build(window_size=window_size, global_attn_indices=(3, ),
+                     compile_blocks=True).cuda().train()
+    compiled.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 3, 96, 128, device='cuda')
+    for autocast in (False, True):
+        ref, got = (train_grads(m, x, True, autocast) for m in (eager, compiled))
+        tol = dict(rtol=2e-2, atol=1e-3) if autocast else dict(rtol=1e-4, atol=1e-5)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, **tol)
+
+
+def test_block_launches_on_cuda_at_most_1_3x_timm():
+    """tests/test_block_kernels.py counts the GPU path under Triton's interpreter; here the
+    same count on the device, and the CUDA kernels the profiler sees, reported."""
+    from benchmarks.breakdown import block_launches
+    from benchmarks.core import Setup
+    for dtype in (torch.float32, torch.bfloat16):
+        ours, timm = block_launches(512, Setup(torch.device('cuda'), dtype, 1, 0, 1))
+        assert ours.dispatched <= 1.3 * timm.dispatched, (ours, timm)
+        print(f'{dtype}: ViT5-B block {ours}, timm ViT-B block {timm}')
