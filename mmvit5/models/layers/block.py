@@ -60,6 +60,9 @@ class Block(nn.Module):
         self.attn = Attention(dim, num_heads, qk_norm=qk_norm, qkv_bias=qkv_bias,
                               norm_layer=norm_layer, attn_impl=attn_impl, window_size=window_size)
         self.norm2 = norm_layer(dim)
+        for norm in (self.norm1, self.norm2):  # each feeds a matmul (qkv, fc1)
+            if isinstance(norm, RMSNorm):
+                norm.autocast_output = True
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         if layer_scale_init_value is None:
             self.register_parameter('gamma_1', None)

@@ -74,13 +74,16 @@ class _RMSNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float,
+                out_dtype: Optional[torch.dtype]) -> torch.Tensor:
         ctx.use_triton = triton_enabled(x) and execution_mode() is not ExecutionMode.EXPORTING
         if ctx.use_triton:
             x = x.contiguous()
-            out, rstd = _triton_kernels().rms_norm_fwd(x, weight, eps)
+            out, rstd = _triton_kernels().rms_norm_fwd(x, weight, eps, out_dtype)
         else:
             out, rstd = rms_norm(x, weight, eps)
+            ctx.out_dtype = out.dtype
+            out = out if out_dtype is None else out.to(out_dtype)
         ctx.save_for_backward(x, rstd, weight)
         return out
 
@@ -90,8 +93,9 @@ class _RMSNormFunction(torch.autograd.Function):
         if ctx.use_triton:
             grad_x, shares = _triton_kernels().rms_norm_bwd(grad.contiguous(), x, rstd, weight)
             grad_weight = shares.sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
-            return grad_x, grad_weight, None
-        return *rms_norm_backward(grad, x, rstd, weight, ctx.needs_input_grad[1]), None
+            return grad_x, grad_weight, None, None
+        grad = grad.to(ctx.out_dtype)
+        return *rms_norm_backward(grad, x, rstd, weight, ctx.needs_input_grad[1]), None, None
 
 
 class RMSNorm(nn.Module):
@@ -104,19 +108,28 @@ class RMSNorm(nn.Module):
     Args:
         dim (int): Size of the normalised (last) dimension.
         eps (float): Added to the mean square. Defaults to 1e-6.
+        autocast_output (bool): Under autocast, return the output in autocast's dtype: for a
+            norm that feeds a matmul, which would cast it so anyway. The norm then writes it
+            in that dtype directly (one rounding, the same values), and the cast's launches
+            and passes, forward and backward, are gone. Defaults to False.
 
     Shape:
         - Input: (..., dim)
-        - Output: same shape; dtype is the promotion of the input dtype and the weight's.
+        - Output: same shape; dtype is the promotion of the input dtype and the weight's
+          (autocast's with ``autocast_output`` under autocast).
     """
 
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, eps: float = 1e-6, autocast_output: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.autocast_output = autocast_output
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _RMSNormFunction.apply(x, self.weight, self.eps)
+        device = x.device.type
+        out_dtype = torch.get_autocast_dtype(device) \
+            if self.autocast_output and torch.is_autocast_enabled(device) else None
+        return _RMSNormFunction.apply(x, self.weight, self.eps, out_dtype)
 
     def extra_repr(self) -> str:
         return f'{self.weight.shape[0]}, eps={self.eps}'

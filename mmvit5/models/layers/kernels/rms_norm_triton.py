@@ -9,7 +9,7 @@ roundings as the PyTorch path, and one place to get them right.
 
 Imported only where ``triton`` imports.
 """
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import triton
@@ -68,13 +68,13 @@ def _blocks(dim: int) -> Tuple[int, int]:
 
 
 @triton_op('mmvit5::rms_norm_fwd_triton', mutates_args=())
-def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """RMSNorm of contiguous ``x`` (..., C) -> out (..., C) in the promotion of ``x``'s and
-    ``weight``'s dtypes, and 1/rms (..., 1) in the compute dtype."""
+def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm of contiguous ``x`` (..., C) -> out (..., C) in ``out_dtype`` (None: the
+    promotion of ``x``'s and ``weight``'s dtypes), and 1/rms (..., 1) in the compute dtype."""
     D = x.shape[-1]
     rows = x.numel() // D
-    out = x.new_empty(x.shape, dtype=torch.promote_types(x.dtype, weight.dtype))
+    out = x.new_empty(x.shape, dtype=out_dtype or torch.promote_types(x.dtype, weight.dtype))
     rstd = x.new_empty((*x.shape[:-1], 1), dtype=_compute_dtype(x))
     block_m, block_d = _blocks(D)
     wrap_triton(_rms_norm_fwd_kernel)[(triton.cdiv(rows, block_m), )](
