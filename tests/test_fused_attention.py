@@ -1,11 +1,9 @@
 """The Triton QK-Norm + RoPE kernels inside ViT5 (run here under Triton's interpreter, as
 ``MMVIT5_TRITON=1`` forces them): the same model, values and gradients, global and windowed."""
-import collections
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from benchmarks.breakdown import DispatchCount
 from mmvit5.models import ViT5
 
 pytestmark = pytest.mark.skipif(not __import__('mmvit5.models.layers.kernels',
@@ -39,16 +37,6 @@ def test_triton_path_equals_the_pytorch_path(monkeypatch, kwargs):
         torch.testing.assert_close(grad, ref_grads[name], atol=1e-4, rtol=1e-3, msg=name)
 
 
-class CountOps(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.name()] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def test_one_fused_op_each_way_per_attention(monkeypatch):
     """The q/k chain of a block's forward + backward: the forward op, one more forward op
     that remakes the q and k attention saved (instead of keeping them), the backward op."""
@@ -56,8 +44,8 @@ def test_one_fused_op_each_way_per_attention(monkeypatch):
     model, x = build(), torch.randn(1, 3, 32, 32)
     rope = model.rope_table((2, 2), torch.float32, x.device)
     tokens = torch.randn(1, rope.shape[0], 64, requires_grad=True)
-    with CountOps() as counted:
+    with DispatchCount() as counted:
         model.blocks[0](tokens, rope).sum().backward()
-    fused = {name: n for name, n in counted.ops.items() if name.startswith('mmvit5::qk_')}
+    fused = {name: n for name, n in counted.ops.items() if name.startswith('mmvit5.qk_')}
     assert sorted(fused.values()) == [1, 2], fused  # forward twice, backward once
     assert not any('complex' in name for name in counted.ops)  # no unfused rotation
