@@ -138,10 +138,12 @@ def train_grads(model, x, recompute, autocast):
     return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
 
-def test_windowed_gradients_on_cuda_equal_the_cpu_path():
-    """CUDA's windowed blocks (flex_attention, Triton QK-Norm + RoPE) against the CPU's
-    (batched SDPA windows), which tests/test_attention.py checks against the dense rule."""
-    cpu, gpu = pair(window_size=4, global_attn_indices=(3, ))
+@pytest.mark.parametrize('window_size', [0, 4])
+def test_training_gradients_on_cuda_equal_the_cpu_path(window_size):
+    """CUDA's blocks (Triton RMSNorm, QK-Norm + RoPE and LayerScale backward; windowed blocks
+    through flex_attention) against the CPU's PyTorch path (windows as batched SDPA, which
+    tests/test_attention.py checks against the dense rule)."""
+    cpu, gpu = pair(window_size=window_size, global_attn_indices=(3, ))
     cpu.train(), gpu.train()
     x = torch.randn(2, 3, 96, 128)
     for model, inputs in ((cpu, x), (gpu, x.cuda())):
