@@ -184,15 +184,10 @@ def run_components(args: argparse.Namespace, setup: Setup, device: str) -> int:
     print(components_tables(results, components))
     save_components_plot(results, components, args.plot)
     progress(f'plot saved to {args.plot}')
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, 'w') as f:
-            json.dump(dict(meta=dict(device=device, dtype=args.dtype, threads=args.threads,
-                                     rounds=args.component_rounds, torch=torch.__version__,
-                                     onnxruntime=onnxruntime.__version__),
-                           components=[c._asdict() for c in components],
-                           times=[asdict(t) for t in results]), f, indent=1)
-        progress(f'rows saved to {args.json}')
+    save_json(args, dict(device=device, dtype=args.dtype, threads=args.threads,
+                         rounds=args.component_rounds, onnxruntime=onnxruntime.__version__),
+              components=[c._asdict() for c in components],
+              times=[asdict(t) for t in results])
     # every variant of every runtime timed, or the run failed
     return int(any(t.note or len(t.latencies_ms) != len(components) for t in results))
 
@@ -204,17 +199,12 @@ def run_breakdown(args: argparse.Namespace, setup: Setup, device: str) -> int:
           f'{args.dtype}{mixed}, batch {args.batch}, torch {torch.__version__}\n')
     text, raw = breakdown_report(sizes(args.breakdown), setup, args.target_rounds)
     print(text)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, 'w') as f:
-            json.dump(dict(meta=dict(device=device, dtype=args.dtype, threads=args.threads,
-                                     rounds=args.target_rounds, torch=torch.__version__),
-                           breakdown=raw), f, indent=1)
+    save_json(args, dict(device=device, dtype=args.dtype, threads=args.threads,
+                         rounds=args.target_rounds), breakdown=raw)
     return 0
 
 
-def run_launches(args: argparse.Namespace, setup: Setup, device: str,
-                 argv: Optional[Sequence[str]]) -> int:
+def run_launches(args: argparse.Namespace, setup: Setup, device: str) -> int:
     """--launches: one block's ops and kernels, forward + backward, against timm's."""
     fused = triton_enabled(torch.empty(0, device=setup.device))
     print(f"## Launches of one ViT5-B block against timm's ViT-B block, forward + backward: "
@@ -225,17 +215,22 @@ def run_launches(args: argparse.Namespace, setup: Setup, device: str,
         counted = block_launches(size, setup)
         print(f'### {size}x{size}\n\n{launches_table(counted)}\n')
         raw[size] = [c._asdict() for c in counted]
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, 'w') as f:
-            json.dump(dict(meta=dict(device=device, dtype=args.dtype, batch=args.batch,
-                                     fused_kernels=fused, torch=torch.__version__,
-                                     date=time.strftime('%Y-%m-%d', time.gmtime()),
-                                     commit=git_commit(REPO),
-                                     command='python tools/benchmark.py ' + ' '.join(
-                                         sys.argv[1:] if argv is None else argv)),
-                           launches=raw), f, indent=1)
+    save_json(args, dict(device=device, dtype=args.dtype, batch=args.batch,
+                         fused_kernels=fused), launches=raw)
     return 0
+
+
+def save_json(args: argparse.Namespace, meta: dict, **records) -> None:
+    """With --json, write a run's records; ``meta`` gains what a table's caption names: the
+    torch version, date, commit and command."""
+    if not args.json:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    meta = dict(meta, torch=torch.__version__, date=time.strftime('%Y-%m-%d', time.gmtime()),
+                commit=git_commit(REPO), command=args.command)
+    with open(args.json, 'w') as f:
+        json.dump(dict(meta=meta, **records), f, indent=1)
+    progress(f'rows saved to {args.json}')
 
 
 def run_train_log(args: argparse.Namespace, setup: Setup, device: str) -> int:
@@ -244,16 +239,13 @@ def run_train_log(args: argparse.Namespace, setup: Setup, device: str) -> int:
     row = train_loop_report(log, config, arch, args.full_size, setup, args.target_rounds)
     print(f'## tools/train.py loop: {device}, {args.dtype}, torch {torch.__version__}\n')
     print(train_loop_table([row]))
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, 'w') as f:
-            json.dump(dict(meta=dict(device=device, dtype=args.dtype, torch=torch.__version__),
-                           rows=[row]), f, indent=1)
+    save_json(args, dict(device=device, dtype=args.dtype), rows=[row])
     return 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    args.command = 'python tools/benchmark.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
     torch.set_num_threads(args.threads)
     setup = Setup(torch.device(args.device), getattr(torch, args.dtype), args.batch,
                   args.warmup, args.repeats)
@@ -264,7 +256,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.breakdown:
         return run_breakdown(args, setup, device)
     if args.launches:
-        return run_launches(args, setup, device, argv)
+        return run_launches(args, setup, device)
     if args.train_log:
         return run_train_log(args, setup, device)
     setup.matmul_gflop_s = matmul_gflop_s(setup, args.matmul_size)
@@ -282,16 +274,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f'\n### Targets\n\n{targets_table(targets, args.target_rounds)}')
     save_plot(rows, args.plot)
     progress(f'plot saved to {args.plot}')
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        meta = dict(device=device, dtype=args.dtype, threads=args.threads, batch=args.batch,
-                    warmup=args.warmup, repeats=args.repeats, matmul_size=args.matmul_size,
-                    matmul_gflop_s=setup.matmul_gflop_s, target_rounds=args.target_rounds,
-                    torch=torch.__version__)
-        with open(args.json, 'w') as f:
-            json.dump(dict(meta=meta, rows=[asdict(r) for r in rows],
-                           targets=[dict(asdict(t), met=t.met) for t in targets]), f, indent=1)
-        progress(f'rows saved to {args.json}')
+    save_json(args, dict(device=device, dtype=args.dtype, threads=args.threads,
+                         batch=args.batch, warmup=args.warmup, repeats=args.repeats,
+                         matmul_size=args.matmul_size, matmul_gflop_s=setup.matmul_gflop_s,
+                         target_rounds=args.target_rounds),
+              rows=[asdict(r) for r in rows],
+              targets=[dict(asdict(t), met=t.met) for t in targets])
     # peers may be skipped, but a run whose own backbone failed is a failed run
     return int(any(r.status == 'failed' and r.model in VIT5_ARCHS for r in rows))
 
