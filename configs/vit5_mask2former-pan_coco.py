@@ -14,9 +14,5 @@ _base_ = [
 ]
 anchor = dict(model='ViT-Adapter-L (BEiTv2-L) + Mask2Former, 3x + MS', metric='PQ', value=58.4,
               source='ViT-Adapter (ICLR 2023), detection/configs/mask2former README')
-custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
-custom_hooks = [dict(type='RNGStateHook')]
-
-model = dict(backbone={{_base_.m2f_backbone}}, neck={{_base_.m2f_neck}},
-             panoptic_head=dict(in_channels=[256] * 4))
+model = {{_base_.m2f_model}}
 optim_wrapper = {{_base_.m2f_optim_wrapper}}
