@@ -2,7 +2,9 @@
 # as variables the recipes read into `model` and `optim_wrapper` (a base that set those itself
 # would clash with mmdet's / mmseg's Mask2Former configs). Recipe diff against the published
 # anchors: docs/en/user_guides/mask2former.md.
-_base_ = ['./vit5_pretrained.py']
+# (through ViTDet's backbone, which the COCO pair reads: two bases that both inherit the
+# checkpoint paths would clash)
+_base_ = ['./vit5_vitdet.py']
 # exact resume: the RNG states (drop path, point sampling) travel with the checkpoints
 custom_hooks = [dict(type='RNGStateHook')]
 # ResNet-50 gives the pixel decoder 4 maps at strides 4-32; ViTDet's simple feature pyramid

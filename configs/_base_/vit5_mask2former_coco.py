@@ -1,23 +1,12 @@
 # The ViT5 parts of the COCO Mask2Former recipes (instance and panoptic), read into `model` and
 # `optim_wrapper` by ../vit5{,-l}_mask2former-{ins,pan}_coco.py. The backbone is the ViTDet one
-# of ../vit5_maskrcnn_coco.py: windowed attention (14, global blocks 2, 5, 8, 11), linear drop
-# path 0.1, at mmdet's 1024 LSJ crops; `m2f_large_model` turns it into ViTDet-L's.
+# of ../vit5_maskrcnn_coco.py (./vit5_vitdet.py): windowed attention (14, global blocks 2, 5,
+# 8, 11), linear drop path 0.1, at mmdet's 1024 LSJ crops; `m2f_large_model` makes it ViTDet-L.
 _base_ = ['./vit5_mask2former.py']
 custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
 
 m2f_model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='ViT5',
-        arch='base',
-        img_size=224,
-        out_indices=(-1, ),
-        drop_path_rate=0.1,
-        drop_path_schedule='linear',
-        window_size=14,
-        global_attn_indices=(2, 5, 8, 11),
-        rope_mode='interpolate',
-        init_cfg=dict(type='Pretrained', checkpoint={{_base_.pretrained_base}})),
+    backbone={{_base_.vitdet_backbone}},
     neck={{_base_.m2f_neck}},
     panoptic_head=dict(in_channels=[256] * 4))
 # ViTDet-L: 24 blocks, global attention in 5, 11, 17, 23, drop path 0.4 (layer decay 0.8: the
