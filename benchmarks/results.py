@@ -69,7 +69,7 @@ ANCHORS = (
     Anchor(ADE, 'ViT5-L UperNet, 384 checkpoint', '(not in the paper)',
            'vit5-l384_upernet_ade20k.py'),
     # Mask2Former and depth: docs/en/user_guides/{mask2former,depth}.md cite each figure
-    Anchor(ADE, 'ViT-Adapter-L (BEiT-L) Mask2Former (640 crops)', '58.3 (ViT-Adapter)'),
+    Anchor(ADE, 'ViT-Adapter-L (BEiT-L) Mask2Former (640 crops)', '58.3 single-scale (ViT-Adapter)'),
     *(Anchor(ADE, f'ViT5-{size} Mask2Former', '(not in the paper)',
              f'vit5{prefix}_mask2former_ade20k.py') for size, prefix in SIZES[1:]),
     Anchor(COCO, 'ViT-Adapter-L (BEiTv2-L) Mask2Former, panoptic-trained (3x + MS)',
@@ -79,7 +79,7 @@ ANCHORS = (
     Anchor(PANOPTIC, 'ViT-Adapter-L (BEiTv2-L) Mask2Former (3x + MS)', '58.4 (ViT-Adapter)'),
     *(Anchor(PANOPTIC, f'ViT5-{size} Mask2Former', '(not in the paper)',
              f'vit5{prefix}_mask2former-pan_coco.py') for size, prefix in SIZES[1:]),
-    Anchor(NYU, 'DINOv2 ViT-B/14 / ViT-L/14, frozen, linear on 4 layers', '0.362 / 0.333'),
+    Anchor(NYU, 'DINOv2 ViT-B/14 / ViT-L/14, frozen, linear on 4 layers', '0.362 / 0.333 (DINOv2 model card)'),
     Anchor(NYU, 'DPT-Hybrid (fine-tuned)', '0.357 (DPT paper)'),
     *(Anchor(NYU, f'ViT5-{size} DPT head', '(not in the paper)', f'vit5{prefix}_depth_nyu.py')
       for size, prefix in SIZES[1:]),

@@ -1,7 +1,5 @@
 # ViT5-L Mask2Former, COCO instances: 24 blocks, global attention in 5, 11, 17, 23, drop path
 # 0.4 and layer decay 0.8, as ViTDet-L. Published anchor: see ./vit5_mask2former-ins_coco.py.
 _base_ = ['./vit5_mask2former-ins_coco.py']
-model = dict(backbone=dict(arch='large', drop_path_rate=0.4, global_attn_indices=(5, 11, 17, 23),
-                           init_cfg=dict(checkpoint={{_base_.pretrained_large}})),
-             neck=dict(in_channels=1024))
+model = {{_base_.m2f_large_model}}
 optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=0.8))

@@ -5,17 +5,19 @@
 # as mmseg's VPD recipe); --auto-scale-lr for another. Recipe diff: docs/en/user_guides/depth.md.
 #
 # Published anchors (literature, not runs of this config), NYU-Depth-v2 RMSE (m):
-#   DINOv2 ViT-B/14, frozen, linear head on 4 layers: 0.362 (facebookresearch/dinov2
-#   MODEL_CARD.md, "NYU-Depth v2, linear 4 layers");
-#   DPT-Hybrid (ViT-Hybrid, R50 stem), fine-tuned: 0.357 RMSE, AbsRel 0.110, delta1 0.904
-#   (Ranftl et al., ICCV 2021). DPT reports no plain ViT-B/L fine-tuned on NYU.
+#   DINOv2 ViT-B/14, frozen, linear head on 4 layers: 0.362 (Oquab et al., 2023;
+#   facebookresearch/dinov2 MODEL_CARD.md, Evaluation table, "NYU-Depth v2 depth (RMSE),
+#   linear 4 layers" column);
+#   DPT-Hybrid (R50 stem + ViT-B/16), fine-tuned on NYU: 0.357 RMSE, delta1 0.904 (Ranftl et
+#   al., ICCV 2021; the paper's dpt_hybrid_nyu result as isl-org/DPT EVALUATION.md reprints
+#   it). DPT reports no plain ViT-B/L fine-tuned on NYU.
 _base_ = [
     'mmseg::_base_/datasets/nyu.py',
     'mmseg::_base_/default_runtime.py',
     './_base_/vit5_pretrained.py',
 ]
 anchor = dict(model='DINOv2 ViT-B/14 frozen, linear on 4 layers', metric='RMSE', value=0.362,
-              source='DINOv2 (Oquab et al., 2023), MODEL_CARD.md')
+              source='facebookresearch/dinov2 MODEL_CARD.md, NYU-Depth v2 linear 4 layers')
 # the depth head needs mmseg.models (and so timm): imported by the configs that use it
 custom_imports = dict(imports=['mmvit5', 'mmvit5.models.heads'], allow_failed_imports=False)
 custom_hooks = [dict(type='RNGStateHook')]

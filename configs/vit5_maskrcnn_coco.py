@@ -10,7 +10,7 @@
 # optim_wrapper.optimizer.lr = 1e-4 * total_batch / 64.
 _base_ = [
     'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
-    './_base_/vit5_pretrained.py',
+    './_base_/vit5_vitdet.py',
 ]
 custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
 # exact resume: the RNG states (drop path, proposal sampling) travel with the checkpoints
@@ -19,37 +19,14 @@ custom_hooks = [dict(type='RNGStateHook'), dict(type='StateDictConsistencyHook')
                 dict(type='WorldSizeChangeHook')]
 
 image_size = (1024, 1024)
-arch = 'base'
 embed_dim = 768
-pretrained = {{_base_.pretrained_base}}
 norm_cfg = dict(type='LN2d', eps=1e-6)  # ViTDet's channel LayerNorm in neck and heads
 
 model = dict(
     data_preprocessor=dict(pad_size_divisor=32,
                            batch_augments=[dict(type='BatchFixedSizePad', size=image_size,
                                                 pad_mask=True)]),
-    backbone=dict(
-        _delete_=True,
-        type='ViT5',
-        arch=arch,
-        # ViTDet: MAE IN-1k (self-supervised) at 224, abs. pos. embed interpolated once at
-        # load; ours: the released supervised IN-1k 224 checkpoint (no ViT-5 MAE exists), its
-        # pos_embed resized to the 64x64 grid and RoPE positions interpolated on every forward
-        img_size=224,
-        out_indices=(-1, ),
-        # ViTDet: drop path ramps linearly over depth; ViT-5 pretrained with a uniform rate,
-        # but 0.1 / 0.4 were tuned for the ramp, so the ramp is kept
-        drop_path_rate=0.1,
-        drop_path_schedule='linear',
-        # ViTDet's layout; ViTDet adds decomposed relative position bias to every block,
-        # ViT-5 has RoPE (+ its absolute embedding) instead, so nothing is added. ViTDet has
-        # no extra tokens; ViT-5's class token and 4 registers are part of its pretrained
-        # computation, so they stay (attending globally in windowed blocks) and are stripped
-        # from the output map
-        window_size=14,
-        global_attn_indices=(2, 5, 8, 11),
-        rope_mode='interpolate',
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    backbone={{_base_.vitdet_backbone}},  # windows, drop path: _base_/vit5_vitdet.py
     neck=dict(
         _delete_=True,
         type='SimpleFeaturePyramid',
