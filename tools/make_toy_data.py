@@ -12,7 +12,8 @@ gradient background. The same scenes are written three times:
   as things (ids 1-3) and the rest as the stuff class ``background`` (id 4);
 - ADE20K semantic maps: ``<out>/ade/ADEChallengeData2016/images/{training,validation}/*.jpg``
   and ``annotations/{training,validation}/*.png`` with 1 = background and 2-4 = the shapes,
-  so that with ``reduce_zero_label=True`` they are ADE20K classes 0-3.
+  so that with ``reduce_zero_label=True`` they are ADE20K classes 0-3, named in
+  ``classes.txt`` beside ``images/`` (one a line, for ``tools/finetune.py seg``).
 
 Separate scenes with a depth map go into the NYU-Depth-v2 layout of mmseg's ``NYUDataset``:
 ``<out>/nyu/images/{train,test}/<room>_<id>.jpg`` and ``annotations/{train,test}/*.png``
@@ -122,6 +123,8 @@ def write_split(out: str, split: str, count: int, size: int, rng: np.random.Gene
         if (i + 1) % max(1, count // 4) == 0 or i + 1 == count:
             print(f'[make_toy_data] {split}: {i + 1}/{count} images', file=sys.stderr)
     categories = [dict(id=i + 1, name=n, supercategory='shape') for i, n in enumerate(CLASSES)]
+    with open(os.path.join(ade_dir, 'classes.txt'), 'w') as f:  # labels 0-3 = values 1-4
+        f.write('\n'.join((STUFF, *CLASSES)) + '\n')
     with open(os.path.join(coco_dir, 'annotations', f'instances_{coco_split}.json'), 'w') as f:
         json.dump(dict(images=images, annotations=annotations, categories=categories), f)
     categories = [dict(c, isthing=1) for c in categories] + [

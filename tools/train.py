@@ -18,19 +18,28 @@ except ImportError:  # this file copied out of a checkout: train without the run
     record_run = None
 
 
-def parse_args():
-    parser = argparse.ArgumentParser(description='Train a detector or segmentor')
-    parser.add_argument('config', help='config file')
+def add_train_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options of this tool besides the config (tools/finetune.py shares them)."""
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from CKPT, or from the latest checkpoint of the work dir')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale lr by total batch / auto_scale_lr.base_batch_size')
-    return add_runner_args(parser).parse_args()
+    return add_runner_args(parser)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description='Train a detector or segmentor')
+    parser.add_argument('config', help='config file')
+    return add_train_args(parser).parse_args()
 
 
 def main():
     args = parse_args()
-    cfg = config_from_args(args)
+    train(config_from_args(args), args)
+
+
+def train(cfg, args) -> None:
+    """Train ``cfg`` with the options of :func:`add_train_args`."""
     if args.amp:
         enable_amp(cfg)
     if args.resume:

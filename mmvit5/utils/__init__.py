@@ -9,8 +9,19 @@ from .config import (
     enable_resume,
     load_config,
 )
+from .custom_data import (
+    check_masks,
+    coco_classes,
+    fit_schedule,
+    read_class_file,
+    set_num_classes,
+    use_coco_data,
+    use_seg_folder,
+)
 from .widths import check_widths, shrink_model, sync_widths, width_mismatches
 
 __all__ = ['SCOPES', 'add_runner_args', 'amp_for_device', 'build_runner', 'check_config',
-           'check_widths', 'config_from_args', 'enable_amp', 'enable_resume', 'load_config',
-           'shrink_model', 'sync_widths', 'width_mismatches']
+           'check_masks', 'check_widths', 'coco_classes', 'config_from_args', 'enable_amp',
+           'enable_resume', 'fit_schedule', 'load_config', 'read_class_file',
+           'set_num_classes', 'shrink_model', 'sync_widths', 'use_coco_data',
+           'use_seg_folder', 'width_mismatches']

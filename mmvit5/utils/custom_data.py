@@ -1,0 +1,322 @@
+"""Point a shipped recipe at your own dataset: COCO-format instances for the detectors, a folder
+of images and PNG masks for the segmentors (``tools/finetune.py``).
+
+The class names are read from the data (the COCO json's ``categories``, or a text file with one
+name a line), put into every dataset's ``metainfo`` and the heads' ``num_classes``; the files
+are checked before anything is built, with errors that name the value, what was expected and
+what to change. The mechanisms are mmdet's ``CocoDataset`` and mmseg's ``BaseSegDataset``; the
+config keeps the recipe's model, pipelines and optimizer.
+"""
+import json
+import os.path as osp
+from typing import Optional, Sequence, Tuple
+
+import mmcv
+import numpy as np
+from mmengine.config import Config
+from mmengine.fileio import list_dir_or_file
+
+LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+IGNORE_INDEX = 255  # mmseg's: pixels of this value count for no class
+
+
+def read_class_file(path: str) -> Tuple[str, ...]:
+    """Class names from a text file, one a line, in label order; blank lines are skipped.
+
+    Args:
+        path (str): e.g. ``data/mine/classes.txt``.
+
+    Returns:
+        tuple[str]: The names; the first is label 0.
+    """
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'class file {path!r} does not exist; write one class name a '
+                                'line (label 0 first) or pass its path with --classes')
+    with open(path, encoding='utf-8') as f:
+        names = tuple(line.strip() for line in f if line.strip())
+    return _checked_names(names, f'class file {path!r}', 'write one class name a line')
+
+
+def coco_classes(ann_file: str) -> Tuple[str, ...]:
+    """Class names of a COCO instances json, in the order of its ``categories`` list.
+
+    That order is mmdet's label order: ``CocoDataset`` looks the category ids up by name and
+    numbers them as the json lists them, whatever their ids.
+
+    Args:
+        ann_file (str): e.g. ``data/mine/annotations/train.json``.
+    """
+    if not osp.isfile(ann_file):
+        raise FileNotFoundError(f'annotation file {ann_file!r} does not exist; pass the COCO '
+                                'json of the split (--train-ann / --val-ann, relative to the '
+                                'data root)')
+    with open(ann_file, encoding='utf-8') as f:
+        categories = json.load(f).get('categories') or []
+    names = tuple(str(c.get('name', '')).strip() for c in categories)
+    return _checked_names(names, f'{ann_file!r} (its "categories")',
+                          'list every class as {"id": ..., "name": ...} in "categories"')
+
+
+def _checked_names(names: Tuple[str, ...], where: str, fix: str) -> Tuple[str, ...]:
+    if not names or not all(names):
+        raise ValueError(f'{where} has {"no" if not names else "an empty"} class name; {fix}')
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f'{where} names {repeated} more than once; class names must be '
+                         'unique (rename or merge them)')
+    return names
+
+
+def set_num_classes(model: dict, num_classes: int) -> None:
+    """Every classifying head of a Mask R-CNN / Cascade R-CNN or UperNet config gets
+    ``num_classes``: the box head(s) and mask head, or the decode and auxiliary heads.
+
+    Args:
+        model (dict): The ``model`` of a config, changed in place.
+        num_classes (int): The class count, background not counted for the detectors.
+    """
+    if 'roi_head' in model:
+        heads = [*_as_list(model.roi_head.bbox_head), *_as_list(model.roi_head.get('mask_head'))]
+    elif 'decode_head' in model:
+        heads = [model.decode_head, *_as_list(model.get('auxiliary_head'))]
+    else:
+        raise ValueError(f'set_num_classes handles two-stage detectors (roi_head) and '
+                         f'segmentors (decode_head); model type {model.get("type")!r} has '
+                         'neither: set its heads\' class counts with --cfg-options')
+    for head in heads:
+        if 'class_weight' in (head.get('loss_cls') or {}) or 'class_weight' in (
+                head.get('loss_decode') or {}):
+            raise ValueError(f'{head.type} weights its {head.num_classes} classes one by one '
+                             '(class_weight); set the weights for your classes yourself')
+        head.num_classes = num_classes
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _require_dir(path: str, what: str, option: str) -> None:
+    if not osp.isdir(path):
+        where = '' if option == 'DATA_ROOT' else ' (relative to DATA_ROOT)'
+        raise FileNotFoundError(f'{what} {path!r} does not exist; pass the folder with '
+                                f'{option}{where}')
+
+
+def check_coco_images(ann_file: str, img_dir: str, option: str) -> int:
+    """Fail unless every image the json lists is in ``img_dir``; returns the image count."""
+    _require_dir(img_dir, 'image folder', option)
+    with open(ann_file, encoding='utf-8') as f:
+        images = json.load(f).get('images') or []
+    if not images:
+        raise ValueError(f'{ann_file!r} lists no "images"; a COCO json needs one entry per '
+                         'image: {"id", "file_name", "height", "width"}')
+    missing = [i['file_name'] for i in images
+               if not osp.isfile(osp.join(img_dir, i['file_name']))]
+    if missing:
+        raise FileNotFoundError(f'{len(missing)} of the {len(images)} images {ann_file!r} '
+                                f'lists are not in {img_dir!r} (first: {missing[0]!r}); point '
+                                f'{option} at the folder the "file_name"s are relative to')
+    return len(images)
+
+
+def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, val_ann: str,
+                  val_img: str, check_images: bool = True) -> Tuple[str, ...]:
+    """Train ``cfg`` (a Mask R-CNN / Cascade R-CNN recipe) on a COCO-format dataset.
+
+    The class names are those of the training json; the validation json must list the same
+    categories, since ``CocoMetric`` matches predictions to its ids by name.
+
+    Args:
+        cfg (Config): Changed in place: datasets, evaluators, heads' ``num_classes``.
+        data_root (str): The dataset folder; the other paths are relative to it.
+        train_ann (str): Training COCO json, e.g. ``annotations/instances_train2017.json``.
+        train_img (str): Folder the training json's ``file_name``s are relative to.
+        val_ann (str): Validation json (also the test split).
+        val_img (str): Folder of the validation images.
+        check_images (bool): Check that every listed image is there.
+
+    Returns:
+        tuple[str]: The class names, label 0 first.
+    """
+    _require_dir(data_root, 'data root', 'DATA_ROOT')
+    classes = coco_classes(osp.join(data_root, train_ann))
+    val_classes = coco_classes(osp.join(data_root, val_ann))
+    if set(val_classes) != set(classes):
+        raise ValueError(f'the training json has classes {list(classes)} but the validation '
+                         f'json {val_ann!r} has {list(val_classes)}; both need the same '
+                         '"categories"')
+    for ann, img, option in ((train_ann, train_img, '--train-img'),
+                             (val_ann, val_img, '--val-img')):
+        if check_images:
+            check_coco_images(osp.join(data_root, ann), osp.join(data_root, img), option)
+    for loader, ann, img in (('train_dataloader', train_ann, train_img),
+                             ('val_dataloader', val_ann, val_img),
+                             ('test_dataloader', val_ann, val_img)):
+        dataset = _innermost_dataset(cfg, loader)
+        dataset.update(data_root=data_root, ann_file=ann, data_prefix=dict(img=_as_dir(img)),
+                       metainfo=dict(classes=classes))
+    for evaluator in ('val_evaluator', 'test_evaluator'):
+        for metric in _as_list(cfg.get(evaluator)):
+            metric.ann_file = osp.join(data_root, val_ann)
+    set_num_classes(cfg.model, len(classes))
+    return classes
+
+
+def seg_pairs(img_dir: str, mask_dir: str, img_suffix: str, mask_suffix: str,
+              img_option: str, mask_option: str) -> list:
+    """(image, mask) paths as mmseg's ``BaseSegDataset`` pairs them: every ``*img_suffix``
+    under ``img_dir`` (recursively) with the same name, ``mask_suffix``, under ``mask_dir``."""
+    _require_dir(img_dir, 'image folder', img_option)
+    _require_dir(mask_dir, 'mask folder', mask_option)
+    images = sorted(list_dir_or_file(img_dir, list_dir=False, suffix=img_suffix,
+                                     recursive=True))
+    if not images:
+        raise FileNotFoundError(f'no {img_suffix!r} images in {img_dir!r}; pass the folder '
+                                f'with {img_option}, or the file ending with --img-suffix')
+    pairs = [(osp.join(img_dir, i), osp.join(mask_dir, i[:-len(img_suffix)] + mask_suffix))
+             for i in images]
+    missing = [m for _, m in pairs if not osp.isfile(m)]
+    if missing:
+        raise FileNotFoundError(f'{len(missing)} of the {len(pairs)} images in {img_dir!r} '
+                                f'have no mask (first: {missing[0]!r}); a mask has its image\'s '
+                                f'name ending in {mask_suffix!r} (--mask-suffix) in '
+                                f'{mask_option}')
+    return pairs
+
+
+def check_masks(masks: Sequence[str], num_classes: int, reduce_zero_label: bool) -> None:
+    """Fail on a mask mmseg would misread: not one channel, or a value that is no label.
+
+    Masks are read as mmseg's ``LoadAnnotations`` reads them (pillow, unchanged: a palette PNG
+    gives its indices). Labels are ``0 .. num_classes - 1``, or with ``reduce_zero_label``
+    ``1 .. num_classes`` (0 is then ignored); 255 is ignored either way.
+    """
+    low, high = (1, num_classes) if reduce_zero_label else (0, num_classes - 1)
+    for path in masks:
+        mask = mmcv.imread(path, flag='unchanged', backend='pillow')
+        if mask.ndim != 2:
+            raise ValueError(f'mask {path!r} has {mask.shape[2]} channels; mmseg reads one '
+                             'class index a pixel from single-channel (grayscale or palette) '
+                             'PNGs: convert colour masks to indices')
+        values = np.unique(mask)
+        bad = values[((values < low) | (values > high)) & (values != IGNORE_INDEX)]
+        if reduce_zero_label:
+            bad = bad[bad != 0]
+        if bad.size:
+            reading = ('value v is class v - 1 (--reduce-zero-label), 0 and 255 ignored'
+                       if reduce_zero_label else 'value v is class v, 255 ignored')
+            raise ValueError(
+                f'mask {path!r} has value {int(bad.max())} but there are {num_classes} '
+                f'classes, so values must be in {low}..{high} ({reading}); add the missing '
+                'class names to the class file'
+                + ('' if reduce_zero_label else ', or pass --reduce-zero-label if 0 marks '
+                   'unlabelled pixels and classes start at 1'))
+
+
+def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: str,
+                   train_mask: str, val_img: str, val_mask: str, img_suffix: str = '.jpg',
+                   mask_suffix: str = '.png', reduce_zero_label: bool = False,
+                   check: bool = True) -> Tuple[str, ...]:
+    """Train ``cfg`` (an UperNet recipe) on a folder of images and PNG masks.
+
+    Args:
+        cfg (Config): Changed in place: datasets (mmseg's ``BaseSegDataset``), the
+            ``LoadAnnotations`` of every pipeline (left to the dataset's
+            ``reduce_zero_label``), heads' ``num_classes``.
+        data_root (str): The dataset folder; the other paths are relative to it.
+        classes_file (str): One class name a line, label 0 first.
+        train_img (str): Training images, e.g. ``img_dir/train``.
+        train_mask (str): Their masks, same names, e.g. ``ann_dir/train``.
+        val_img (str): Validation images (also the test split).
+        val_mask (str): Their masks.
+        img_suffix (str): Image file ending.
+        mask_suffix (str): Mask file ending.
+        reduce_zero_label (bool): Mask value 0 is unlabelled and value ``v`` is class
+            ``v - 1`` (ADE20K's convention); else value ``v`` is class ``v``.
+        check (bool): Read every mask and check its values (one pass over the masks).
+
+    Returns:
+        tuple[str]: The class names, label 0 first.
+    """
+    _require_dir(data_root, 'data root', 'DATA_ROOT')
+    classes = read_class_file(osp.join(data_root, classes_file))
+    for img, mask, img_option, mask_option in (
+            (train_img, train_mask, '--train-img', '--train-mask'),
+            (val_img, val_mask, '--val-img', '--val-mask')):
+        pairs = seg_pairs(osp.join(data_root, img), osp.join(data_root, mask), img_suffix,
+                          mask_suffix, img_option, mask_option)
+        if check:
+            check_masks([m for _, m in pairs], len(classes), reduce_zero_label)
+    for loader, img, mask in (('train_dataloader', train_img, train_mask),
+                              ('val_dataloader', val_img, val_mask),
+                              ('test_dataloader', val_img, val_mask)):
+        dataset = _innermost_dataset(cfg, loader)
+        dataset.update(type='BaseSegDataset', data_root=data_root,
+                       data_prefix=dict(img_path=img, seg_map_path=mask),
+                       img_suffix=img_suffix, seg_map_suffix=mask_suffix,
+                       reduce_zero_label=reduce_zero_label, metainfo=dict(classes=classes))
+        for step in dataset.pipeline:
+            if step.type == 'LoadAnnotations':  # then it follows the dataset's (mmseg's way)
+                step.pop('reduce_zero_label', None)
+    set_num_classes(cfg.model, len(classes))
+    return classes
+
+
+def _innermost_dataset(cfg: Config, loader: str) -> dict:
+    dataset = cfg[loader].dataset
+    while 'dataset' in dataset:  # RepeatDataset / ClassBalancedDataset wrappers
+        dataset = dataset.dataset
+    return dataset
+
+
+def _as_dir(path: str) -> str:
+    return path if path.endswith('/') else path + '/'
+
+
+def fit_schedule(cfg: Config, max_iters: int, warmup: Optional[int] = None) -> None:
+    """Shorten (or lengthen) an iteration-based recipe to ``max_iters``.
+
+    The recipes fix their schedulers to their own length when parsed: a step at 88.9 % of
+    184,375 iterations, a poly decay ending at 160,000. Here every scheduler ending at the
+    old length ends at ``max_iters``, steps keep their fraction of the run, the warm-up keeps
+    its length but takes at most a quarter of the run, and validation and checkpoints keep
+    their count per run.
+
+    Args:
+        cfg (Config): Changed in place (``train_cfg``, ``param_scheduler``, checkpoint hook).
+        max_iters (int): The new training length.
+        warmup (int, optional): Warm-up iterations; default as described.
+    """
+    if 'max_iters' not in cfg.train_cfg:
+        raise ValueError('fit_schedule needs an iteration-based recipe (train_cfg.max_iters)')
+    old = cfg.train_cfg.max_iters
+    if not isinstance(max_iters, int) or max_iters < 1:
+        raise ValueError(f'max_iters must be an integer >= 1, got {max_iters!r}')
+    scale = max_iters / old
+    schedulers = _as_list(cfg.get('param_scheduler'))
+    first = schedulers[0] if schedulers else None
+    warm_end = None
+    if first is not None and first.get('begin', 0) == 0 and first.get('end', old) < old:
+        warm_end = warmup if warmup is not None else min(first.end, max(max_iters // 4, 1))
+        first.end = warm_end
+    for scheduler in schedulers:
+        if scheduler is first and warm_end is not None:
+            continue
+        if scheduler.get('begin', 0) and warm_end is not None:
+            scheduler.begin = warm_end  # the decay that followed the warm-up still does
+        if scheduler.get('end', old) >= old:
+            scheduler.end = max_iters
+        if 'milestones' in scheduler:
+            scheduler.milestones = [max(int(m * scale), 1) for m in scheduler.milestones]
+    cfg.train_cfg.max_iters = max_iters
+    if 'val_interval' in cfg.train_cfg:
+        cfg.train_cfg.val_interval = _scaled(cfg.train_cfg.val_interval, scale, max_iters)
+    checkpoint = cfg.get('default_hooks', {}).get('checkpoint')
+    if checkpoint and 'interval' in checkpoint:
+        checkpoint.interval = _scaled(checkpoint.interval, scale, max_iters)
+
+
+def _scaled(interval: int, scale: float, max_iters: int) -> int:
+    return min(max(round(interval * scale), 1), max_iters)

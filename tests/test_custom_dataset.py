@@ -1,0 +1,277 @@
+"""Your own dataset (docs/en/user_guides/custom_dataset.md): tools/finetune.py trains the
+shipped recipes on COCO-format instances and on a folder of images and PNG masks, the class
+names read from the files into the datasets and every head; bad data is refused with the value,
+what was expected and what to change. The guide's commands run here for 2 iterations on the
+generated shapes set, then tools/test.py on the saved config with the real metrics."""
+import json
+import os.path as osp
+import shutil
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from test_recipes import run_tool_here
+
+from conftest import config
+from mmvit5.utils import check_masks, coco_classes, fit_schedule, read_class_file, set_num_classes
+
+MASKRCNN = config('toy/vit5-tiny_maskrcnn_shapes.py')
+UPERNET = config('toy/vit5-tiny_upernet_shapes.py')
+ADE = 'data/toy/ade/ADEChallengeData2016'
+ADE_LAYOUT = ['--train-img', 'images/training', '--train-mask', 'annotations/training',
+              '--val-img', 'images/validation', '--val-mask', 'annotations/validation']
+
+
+@pytest.fixture
+def shapes(tmp_path):
+    """A private copy of the generated set: the tests rewrite its class files."""
+    from make_toy_data import make_dataset
+    make_dataset(str(tmp_path / 'data' / 'toy'), train=4, val=2, size=128, seed=3)
+    return tmp_path
+
+
+def metrics_of(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith('[test] metrics ')]
+    assert lines, output[-3000:]
+    return json.loads(lines[-1][len('[test] metrics '):])
+
+
+def finetune_fails(args, cwd, monkeypatch, capsys) -> str:
+    with pytest.raises(SystemExit) as raised:
+        run_tool_here('finetune.py', args, cwd, monkeypatch, capsys)
+    return str(raised.value)
+
+
+# ----------------------------------------------------------------- class names
+def test_class_file_one_name_a_line(tmp_path):
+    path = tmp_path / 'classes.txt'
+    path.write_text('road\n\n  car \nperson\n')
+    assert read_class_file(str(path)) == ('road', 'car', 'person')
+    path.write_text('\n\n')
+    with pytest.raises(ValueError, match='has no class name; write one class name a line'):
+        read_class_file(str(path))
+    path.write_text('car\nroad\ncar\n')
+    with pytest.raises(ValueError, match=r"names \['car'\] more than once"):
+        read_class_file(str(path))
+    with pytest.raises(FileNotFoundError, match='missing.txt.* does not exist'):
+        read_class_file(str(tmp_path / 'missing.txt'))
+
+
+def test_coco_classes_follow_the_json_order_as_mmdet_labels_them(tmp_path):
+    """Ids out of order and with gaps: mmdet's CocoDataset numbers the categories as the json
+    lists them, and so do the class names read from it."""
+    from mmdet.datasets import CocoDataset
+    ann = tmp_path / 'train.json'
+    ann.write_text(json.dumps(dict(
+        images=[dict(id=1, file_name='a.jpg', height=32, width=32)],
+        annotations=[dict(id=1, image_id=1, category_id=2, bbox=[0, 0, 8, 8], area=64,
+                          iscrowd=0, segmentation=[[0, 0, 8, 0, 8, 8]])],
+        categories=[dict(id=7, name='zebra'), dict(id=2, name='apple')])))
+    classes = coco_classes(str(ann))
+    assert classes == ('zebra', 'apple')
+    dataset = CocoDataset(ann_file=str(ann), metainfo=dict(classes=classes), pipeline=[],
+                          data_prefix=dict(img=str(tmp_path)),
+                          filter_cfg=None)
+    assert dataset.cat2label == {7: 0, 2: 1}
+    assert dataset[0]['instances'][0]['bbox_label'] == classes.index('apple')
+    ann.write_text(json.dumps(dict(images=[], annotations=[], categories=[])))
+    with pytest.raises(ValueError, match='has no class name; list every class'):
+        coco_classes(str(ann))
+
+
+@pytest.mark.parametrize('name, heads', [
+    ('vit5_maskrcnn_coco.py', ['roi_head.bbox_head', 'roi_head.mask_head']),
+    ('vit5-s_cascade-maskrcnn_coco.py',
+     [f'roi_head.bbox_head.{i}' for i in range(3)] + ['roi_head.mask_head']),
+    ('vit5_upernet_ade20k.py', ['decode_head', 'auxiliary_head']),
+])
+def test_every_head_gets_the_class_count(name, heads):
+    cfg = Config.fromfile(config(name))
+    set_num_classes(cfg.model, 5)
+    for head in heads:
+        module = cfg.model
+        for key in head.split('.'):
+            module = module[int(key)] if key.isdigit() else module[key]
+        assert module.num_classes == 5, head
+
+
+@pytest.mark.parametrize('name, message', [
+    ('vit5_mask2former-ins_coco.py', "model type 'Mask2Former' has neither"),
+    ('vit5_mask2former_ade20k.py', 'Mask2FormerHead weights its 150 classes one by one'),
+])
+def test_heads_it_cannot_set_are_refused(name, message):
+    with pytest.raises(ValueError, match=message):
+        set_num_classes(Config.fromfile(config(name)).model, 5)
+
+
+# ----------------------------------------------------------------- masks
+def test_masks_hold_labels_or_are_refused(tmp_path):
+    mask = np.zeros((8, 8), np.uint8)
+    mask[0, :3] = (1, 2, 255)
+    path = str(tmp_path / 'a.png')
+    cv2.imwrite(path, mask)
+    check_masks([path], 3, reduce_zero_label=False)  # 0-2 and ignored 255
+    with pytest.raises(ValueError, match=r"a.png' has value 2 but there are 2 classes, so "
+                                         r'values must be in 0..1 .*--reduce-zero-label'):
+        check_masks([path], 2, reduce_zero_label=False)
+    check_masks([path], 2, reduce_zero_label=True)  # 0 unlabelled, 1-2 = classes 0-1
+    with pytest.raises(ValueError, match=r'value 2 but there are 1 classes, so values must be '
+                                         r'in 1..1 \(value v is class v - 1'):
+        check_masks([path], 1, reduce_zero_label=True)
+    cv2.imwrite(path, np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(ValueError, match='has 3 channels; .*convert colour masks to indices'):
+        check_masks([path], 2, reduce_zero_label=False)
+
+
+def test_bad_folders_are_refused_with_the_option_to_change(shapes, monkeypatch, capsys):
+    """Through the tool: a layout that is not there, an image without a mask, a mask value
+    beyond the class file, an empty class file, images the json names but does not have."""
+    common = ['--config', UPERNET, '--iters', '2', '--work-dir', str(shapes / 'w')]
+    out = finetune_fails(['seg', ADE, *common], shapes, monkeypatch, capsys)
+    assert "image folder 'data/toy/ade/ADEChallengeData2016/img_dir/train' does not " \
+           'exist; pass the folder with --train-img (relative to DATA_ROOT)' in out
+    out = finetune_fails(['seg', ADE, *ADE_LAYOUT, *common], shapes, monkeypatch, capsys)
+    assert 'has value 4 but there are 4 classes, so values must be in 0..3' in out
+    assert 'pass --reduce-zero-label' in out
+
+    (shapes / ADE / 'annotations' / 'validation' / '000000100001.png').unlink()
+    out = finetune_fails(['seg', ADE, *ADE_LAYOUT, '--reduce-zero-label', *common], shapes,
+                         monkeypatch, capsys)
+    assert "1 of the 2 images in 'data/toy/ade/ADEChallengeData2016/images/validation' have " \
+           "no mask (first: 'data/toy/ade/ADEChallengeData2016/annotations/validation/" \
+           "000000100001.png')" in out
+    (shapes / ADE / 'classes.txt').write_text('\n')
+    out = finetune_fails(['seg', ADE, *ADE_LAYOUT, '--reduce-zero-label', *common], shapes,
+                         monkeypatch, capsys)
+    assert 'classes.txt\' has no class name' in out
+
+    out = finetune_fails(['det', 'data/toy/coco', '--train-img', 'val2017', '--config',
+                          MASKRCNN], shapes, monkeypatch, capsys)
+    assert "4 of the 4 images 'data/toy/coco/annotations/instances_train2017.json' lists are " \
+           "not in 'data/toy/coco/val2017'" in out and 'point --train-img at' in out
+    out = finetune_fails(['det', 'data/elsewhere'], shapes, monkeypatch, capsys)
+    assert "data root 'data/elsewhere' does not exist; pass the folder with DATA_ROOT" in out
+    assert not (shapes / 'w').exists()  # refused before the runner made its work dir
+
+
+# ----------------------------------------------------------------- schedule
+@pytest.mark.parametrize('name', ['vit5_maskrcnn_coco.py', 'vit5_upernet_ade20k.py'])
+def test_fit_schedule_keeps_the_recipe_shape(name):
+    cfg = Config.fromfile(config(name))
+    old, iters = cfg.train_cfg.max_iters, 2000
+    warmup, decay = (dict(s) for s in cfg.param_scheduler)
+    fit_schedule(cfg, iters)
+    new_warmup, new_decay = cfg.param_scheduler
+    assert cfg.train_cfg.max_iters == iters and new_decay.end == iters
+    assert new_warmup.end == min(warmup['end'], iters // 4)  # 250 of 2000, ADE's 1500 capped
+    if 'milestones' in decay:  # COCO: the steps keep their place in the run
+        assert [m / iters for m in new_decay.milestones] == pytest.approx(
+            [m / old for m in decay['milestones']], abs=1e-3)
+    else:  # ADE20K: the poly decay still follows the warm-up
+        assert new_decay.begin == new_warmup.end
+    # as many evaluations and checkpoints per run as the recipe
+    assert iters / cfg.train_cfg.val_interval == pytest.approx(
+        old / Config.fromfile(config(name)).train_cfg.val_interval, rel=0.05)
+
+
+# ----------------------------------------------------------------- end to end
+@pytest.mark.slow  # trains a Mask R-CNN twice, tests it
+def test_coco_format_dataset_trains_and_tests(shapes, monkeypatch, capsys):
+    """The guide's command on the generated COCO set. With ``frozen_stages=2`` the stem and
+    the first two blocks never change and are not optimized. Then its jsons are edited
+    ('rectangle' renamed, 'triangle' and its objects dropped) and the first run's checkpoint
+    fine-tuned on them (``load_from``): two classes reach every head, the class-specific
+    layers are skipped, and tools/test.py evaluates the result."""
+    work = shapes / 'work'
+    out = run_tool_here('finetune.py', [
+        'det', 'data/toy/coco', '--config', MASKRCNN, '--iters', '2', '--work-dir', work,
+        '--cfg-options', 'model.backbone.frozen_stages=2', 'default_hooks.checkpoint.interval=1'],
+        shapes, monkeypatch, capsys)
+    assert ('[finetune] 3 classes from data/toy/coco/annotations/instances_train2017.json: '
+            'rectangle, ellipse, triangle') in out
+    first, last = (torch.load(work / f'iter_{i}.pth', map_location='cpu', weights_only=False)
+                   for i in (1, 2))
+    frozen = ('backbone.patch_embed.', 'backbone.blocks.0.', 'backbone.blocks.1.',
+              'backbone.pos_embed', 'backbone.cls_token', 'backbone.reg_token')
+    names = list(first['state_dict'])
+    assert any(n.startswith(frozen[1]) for n in names)
+    for name in names:
+        same = torch.equal(first['state_dict'][name], last['state_dict'][name])
+        if name.startswith(frozen):
+            assert same, name
+        elif name.startswith('backbone.blocks.3.') and name.endswith('weight'):
+            assert not same, name  # the blocks after them train
+    optimized = [n for g in last['optimizer']['param_groups'] for n in g['param_names']]
+    assert optimized and not any(n.startswith(frozen) for n in optimized)
+
+    ann_dir = shapes / 'data' / 'toy' / 'coco' / 'annotations'
+    for split in ('train2017', 'val2017'):
+        path = ann_dir / f'instances_{split}.json'
+        ann = json.loads(path.read_text())
+        ann['categories'] = [dict(c, name='box') if c['name'] == 'rectangle' else c
+                             for c in ann['categories'] if c['name'] != 'triangle']
+        kept = {c['id'] for c in ann['categories']}
+        ann['annotations'] = [a for a in ann['annotations'] if a['category_id'] in kept]
+        path.write_text(json.dumps(ann))
+    tuned = shapes / 'tuned'
+    out = run_tool_here('finetune.py', [
+        'det', 'data/toy/coco', '--config', MASKRCNN, '--iters', '2', '--work-dir', tuned,
+        '--cfg-options', f'load_from={work}/iter_2.pth'], shapes, monkeypatch, capsys)
+    assert ('[finetune] 2 classes from data/toy/coco/annotations/instances_train2017.json: '
+            'box, ellipse') in out
+    saved = tuned / osp.basename(MASKRCNN)
+    assert f'python tools/test.py {saved} {tuned}/iter_2.pth' in out
+    cfg = Config.fromfile(str(saved))
+    assert cfg.model.roi_head.bbox_head.num_classes == 2
+    assert cfg.model.roi_head.mask_head.num_classes == 2
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        assert cfg[loader].dataset.metainfo.classes == ('box', 'ellipse')
+    out = run_tool_here('test.py', [saved, tuned / 'iter_2.pth', '--work-dir', tuned / 'test'],
+                        shapes, monkeypatch, capsys)
+    metrics = metrics_of(out)
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        assert 0.0 <= metrics[key] <= 1.0, metrics
+
+
+@pytest.mark.slow  # trains and tests an UperNet
+def test_image_and_mask_folders_train_and_test(shapes, monkeypatch, capsys):
+    """The guide's command on the generated ADE20K-layout set, with the names of its
+    classes.txt replaced: they reach the datasets, both heads and the per-class table."""
+    names = ('ground', 'box', 'oval', 'wedge')
+    (shapes / ADE / 'classes.txt').write_text('\n'.join(names) + '\n')
+    work = shapes / 'work'
+    out = run_tool_here('finetune.py', ['seg', ADE, *ADE_LAYOUT, '--reduce-zero-label',
+                                        '--config', UPERNET, '--iters', '2', '--work-dir', work],
+                        shapes, monkeypatch, capsys)
+    assert f'[finetune] 4 classes from {ADE}/classes.txt: ground, box, oval, wedge' in out
+    saved = work / osp.basename(UPERNET)
+    cfg = Config.fromfile(str(saved))
+    assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 4
+    dataset = cfg.test_dataloader.dataset
+    assert dataset.type == 'BaseSegDataset' and dataset.metainfo.classes == names
+    assert dataset.reduce_zero_label
+    out = run_tool_here('test.py', [saved, work / 'iter_2.pth', '--work-dir', work / 'test'],
+                        shapes, monkeypatch, capsys)
+    metrics = metrics_of(out)
+    assert 0.0 <= metrics['mIoU'] <= 100.0, metrics
+
+
+def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
+    """Without layout options the tool looks for mmseg's img_dir/{train,val} and
+    ann_dir/{train,val} beside classes.txt; no --reduce-zero-label: values are classes."""
+    root = shapes / 'mine'
+    for split, ade in (('train', 'training'), ('val', 'validation')):
+        shutil.copytree(shapes / ADE / 'images' / ade, root / 'img_dir' / split)
+        shutil.copytree(shapes / ADE / 'annotations' / ade, root / 'ann_dir' / split)
+    (root / 'classes.txt').write_text('unused\nground\nbox\noval\nwedge\n')  # value 0 unused
+    from finetune import finetune_config, parse_args
+    monkeypatch.chdir(shapes)
+    cfg = finetune_config(parse_args(['seg', 'mine', '--config', UPERNET]))
+    dataset = cfg.train_dataloader.dataset
+    assert dataset.data_prefix == dict(img_path='img_dir/train', seg_map_path='ann_dir/train')
+    assert not dataset.reduce_zero_label and cfg.model.decode_head.num_classes == 5
+    assert cfg.work_dir == osp.join('work_dirs', 'vit5-tiny_upernet_shapes_mine')
+    loads = [t for t in cfg.val_dataloader.dataset.pipeline if t.type == 'LoadAnnotations']
+    assert loads and not any('reduce_zero_label' in t for t in loads)  # the dataset's holds
