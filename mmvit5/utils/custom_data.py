@@ -132,7 +132,7 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
         cfg (Config): Changed in place: datasets, evaluators, heads' ``num_classes``.
         data_root (str): The dataset folder; the other paths are relative to it.
         train_ann (str): Training COCO json, e.g. ``annotations/instances_train2017.json``.
-        train_img (str): Folder the training json's ``file_name``s are relative to.
+        train_img (str): Folder the training json's file names are relative to.
         val_ann (str): Validation json (also the test split).
         val_img (str): Folder of the validation images.
         check_images (bool): Check that every listed image is there.
