@@ -5,13 +5,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kernels import triton_enabled
+from .kernels import HAS_TRITON, triton_enabled
 from .mode import ExecutionMode, eager_training, execution_mode
 
-
-def _triton_kernels():
+if HAS_TRITON:
     from .kernels import layer_scale_triton
-    return layer_scale_triton
 
 
 def _scaled_forward(x: torch.Tensor, linear: nn.Linear, scale: torch.Tensor,
@@ -31,6 +29,8 @@ def _fold(x: torch.Tensor, linear: nn.Linear, use_triton: bool) -> bool:
     if execution_mode() is ExecutionMode.EXPORTING:
         return True
     return not use_triton and x.numel() // linear.in_features > linear.in_features
+
+
 class _ScaledLinear(torch.autograd.Function):
     """``scale * linear(x)`` that keeps for backward only what ``linear(x)`` keeps: its input.
 
@@ -69,8 +69,8 @@ class _ScaledLinear(torch.autograd.Function):
         if ctx.use_triton and (need_w or need_b or need_s):  # one kernel makes all three
             outer = grad2.t() @ x.reshape(-1, x.shape[-1])  # d(W * scale)
             summed = None if bias is None else grad2.sum(0)  # d(b * scale)
-            grad_w, grad_s, grad_b = _triton_kernels().layer_scale_grads(outer, weight, scale,
-                                                                         summed, bias)
+            grad_w, grad_s, grad_b = layer_scale_triton.layer_scale_grads(outer, weight, scale,
+                                                                          summed, bias)
             grad_b = grad_b if need_b and bias is not None else None
             return grad_x, grad_w if need_w else None, grad_b, grad_s if need_s else None, None
         if need_w or need_s:
