@@ -21,6 +21,8 @@ import torch
 from mmengine.config import Config
 from mmengine.runner import Runner
 
+from mmvit5.utils import fit_schedule
+
 # ViT5's ablation switches (defaults: the released model)
 SWITCHES = ('use_abs_pos', 'use_rope', 'num_registers', 'qk_norm', 'layer_scale_init_value',
             'norm', 'qkv_bias')
@@ -64,17 +66,8 @@ def toy_config(config: str, override: dict, seed: int, iters: int, work_dir: str
     cfg.work_dir = work_dir
     cfg.experiment_name = name
     cfg.log_level = 'WARNING'
-    cfg.train_cfg.max_iters = iters
+    fit_schedule(cfg, iters)  # warm-up at most a quarter of the run, decay ending at iters
     cfg.train_cfg.val_interval = iters + 1  # evaluated once, after training
-    # the toy configs fix their schedule (warm-up, then decay) to their own max_iters when
-    # parsed; short runs warm up for at most a quarter of their iterations
-    warmup, decay = cfg.param_scheduler
-    warmup['end'] = min(warmup['end'], max(iters // 4, 1))
-    if decay['begin']:
-        decay['begin'] = warmup['end']
-    decay['end'] = iters
-    if 'milestones' in decay:
-        decay['milestones'] = [int(iters * 0.9)]
     cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=iters + 1,
                                         save_last=False)
     cfg.default_hooks.logger = dict(type='LoggerHook', interval=max(iters // 4, 1))

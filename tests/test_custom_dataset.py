@@ -15,7 +15,14 @@ from mmengine.config import Config
 from test_recipes import run_tool_here
 
 from conftest import config
-from mmvit5.utils import check_masks, coco_classes, fit_schedule, read_class_file, set_num_classes
+from mmvit5.utils import (
+    check_masks,
+    coco_classes,
+    fit_schedule,
+    load_config,
+    read_class_file,
+    set_num_classes,
+)
 
 MASKRCNN = config('toy/vit5-tiny_maskrcnn_shapes.py')
 UPERNET = config('toy/vit5-tiny_upernet_shapes.py')
@@ -175,6 +182,22 @@ def test_fit_schedule_keeps_the_recipe_shape(name):
     assert iters / cfg.train_cfg.val_interval == pytest.approx(
         old / Config.fromfile(config(name)).train_cfg.val_interval, rel=0.05)
 
+
+
+def test_train_iters_fits_the_schedule_and_cfg_options_win():
+    """tools/train.py --iters (load_config's max_iters): the toy recipe's 40 iterations become
+    200 with its warm-up, step and checkpoint moved along; an explicit val_interval stays."""
+    cfg = load_config(MASKRCNN, {'train_cfg.val_interval': 50}, 'w', check_data=False,
+                      max_iters=200)
+    warmup, step = cfg.param_scheduler
+    assert cfg.train_cfg.max_iters == 200 and cfg.train_cfg.val_interval == 50
+    assert (warmup.end, step.end, step.milestones) == (20, 200, [180])
+    assert cfg.default_hooks.checkpoint.interval == 200
+    epochs = Config(dict(train_cfg=dict(type='EpochBasedTrainLoop', max_epochs=12)))
+    with pytest.raises(ValueError, match=r"'max_epochs': 12}.*--cfg-options train_cfg\.max_epochs"):
+        fit_schedule(epochs, 100)
+    with pytest.raises(ValueError, match='--iters must be an integer >= 1, got 0'):
+        fit_schedule(cfg, 0)
 
 # ----------------------------------------------------------------- end to end
 @pytest.mark.slow  # trains a Mask R-CNN twice, tests it

@@ -11,7 +11,7 @@
         [--config configs/vit5_upernet_ade20k.py]
 
 Both take tools/train.py's options (--work-dir, --amp, --resume, --auto-scale-lr,
---cfg-options, --launcher) and --iters N, the recipe's schedule fitted to N iterations. Paths
+--iters N, --cfg-options, --launcher); --iters fits the recipe's schedule to N iterations. Paths
 are relative to DATA_ROOT. The run's full config lands in the work dir, ready for
 tools/test.py. Guide: docs/en/user_guides/custom_dataset.md.
 """
@@ -24,7 +24,6 @@ from train import add_train_args, train
 from mmvit5.utils import (
     amp_for_device,
     check_config,
-    fit_schedule,
     load_config,
     use_coco_data,
     use_seg_folder,
@@ -43,8 +42,6 @@ def parse_args(argv=None):
         sub.add_argument('data_root', help='the dataset folder; paths below are relative to it')
         sub.add_argument('--config', default=osp.join(REPO, DEFAULT_CONFIGS[task]),
                          help=f'the recipe to fine-tune (default {DEFAULT_CONFIGS[task]})')
-        sub.add_argument('--iters', type=int,
-                         help='train this many iterations, the schedule fitted to them')
         add_train_args(sub)
     det.add_argument('--train-ann', default='annotations/instances_train2017.json')
     det.add_argument('--train-img', default='train2017')
@@ -72,7 +69,7 @@ def finetune_config(args):
     work_dir = args.work_dir or osp.join(
         'work_dirs', f'{osp.splitext(osp.basename(args.config))[0]}_'
         f'{osp.basename(osp.normpath(args.data_root))}')
-    cfg = load_config(args.config, None, work_dir, check_data=False)
+    cfg = load_config(args.config, None, work_dir, check_data=False, max_iters=args.iters)
     if args.task == 'det':
         classes = use_coco_data(cfg, args.data_root, args.train_ann, args.train_img,
                                 args.val_ann, args.val_img, not args.no_image_check)
@@ -84,8 +81,6 @@ def finetune_config(args):
                                  not args.no_mask_check)
         source = osp.join(args.data_root, args.classes)
     print(f'[finetune] {len(classes)} classes from {source}: {", ".join(classes)}')
-    if args.iters:
-        fit_schedule(cfg, args.iters)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
         check_config(cfg, args.config, check_data=False)

@@ -26,14 +26,9 @@ progress() {
 }
 for name in maskrcnn upernet; do
   cfg="$here/configs/toy/vit5-tiny_${name}_shapes.py"
-  # the toy configs fix their schedules' `end` (and Mask R-CNN's step) to their own max_iters;
-  # the second scheduler starts after 20 warm-up iterations, so it must end after that
-  schedule=("param_scheduler.1.end=$(( iters > 20 ? iters : 21 ))")
-  [ "$name" = maskrcnn ] && schedule+=("param_scheduler.1.milestones=[$((iters * 9 / 10))]")
   echo "[quickstart] training ViT-5 $name for $iters iterations (log: $out/$name)"
-  "$PY" "$here/tools/train.py" "$cfg" --work-dir "$out/$name" --cfg-options \
-    train_cfg.max_iters="$iters" train_cfg.val_interval="$val_every" "${schedule[@]}" \
-    default_hooks.checkpoint.interval="$iters" 2>&1 | tee "$out/$name.train.log" \
+  "$PY" "$here/tools/train.py" "$cfg" --work-dir "$out/$name" --iters "$iters" \
+    --cfg-options train_cfg.val_interval="$val_every" 2>&1 | tee "$out/$name.train.log" \
     | progress "$name" || { tail -n 40 "$out/$name.train.log"; exit 1; }
   "$PY" "$here/tools/test.py" "$cfg" "$out/$name/iter_$iters.pth" --work-dir "$out/$name/test" \
     --show-dir "$out/$name/vis" 2>&1 | tee "$out/$name.test.log" | grep '^\[test\]'

@@ -1,7 +1,11 @@
 """Train an mmdet or mmseg model from a config, as mmdet's / mmseg's tools/train.py do.
 
-    python tools/train.py configs/vit5_maskrcnn_coco.py [--work-dir DIR] [--amp]
+    python tools/train.py configs/vit5_maskrcnn_coco.py [--work-dir DIR] [--amp] [--iters N]
         [--resume [CKPT]] [--cfg-options key=value ...] [--launcher pytorch]
+
+``--iters N`` fits the recipe's schedule to N iterations (warm-up, steps or decay end,
+validation and checkpoint counts: :func:`mmvit5.utils.fit_schedule`); ``--cfg-options`` still
+win over it.
 
 The registry scope (mmdet, mmseg) comes from the config's ``default_scope``.
 """
@@ -24,7 +28,15 @@ def add_train_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help='resume from CKPT, or from the latest checkpoint of the work dir')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale lr by total batch / auto_scale_lr.base_batch_size')
+    parser.add_argument('--iters', type=_positive_int,
+                        help='train N iterations, the schedule fitted to them')
     return add_runner_args(parser)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f'expected a whole number >= 1, got {text!r}')
+    return int(text)
 
 
 def parse_args():

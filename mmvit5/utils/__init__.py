@@ -12,12 +12,12 @@ from .config import (
 from .custom_data import (
     check_masks,
     coco_classes,
-    fit_schedule,
     read_class_file,
     set_num_classes,
     use_coco_data,
     use_seg_folder,
 )
+from .schedule import fit_schedule
 from .widths import check_widths, shrink_model, sync_widths, width_mismatches
 
 __all__ = ['SCOPES', 'add_runner_args', 'amp_for_device', 'build_runner', 'check_config',

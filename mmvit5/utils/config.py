@@ -11,6 +11,7 @@ from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
+from .schedule import fit_schedule
 from .widths import check_widths
 
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
@@ -31,7 +32,8 @@ def add_runner_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Config:
     """The config that the options of :func:`add_runner_args` describe."""
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    cfg = load_config(args.config, args.cfg_options, args.work_dir)
+    cfg = load_config(args.config, args.cfg_options, args.work_dir,
+                      max_iters=getattr(args, 'iters', None))
     cfg.launcher = args.launcher
     return cfg
 
@@ -42,8 +44,10 @@ def build_runner(cfg: Config) -> Runner:
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None,
-                work_dir: Optional[str] = None, check_data: bool = True) -> Config:
-    """Read ``path``, apply ``--cfg-options``, check it, and set ``work_dir``.
+                work_dir: Optional[str] = None, check_data: bool = True,
+                max_iters: Optional[int] = None) -> Config:
+    """Read ``path``, fit its schedule to ``max_iters`` (:func:`fit_schedule`), apply
+    ``--cfg-options`` (which win over the fitted schedule), check it, and set ``work_dir``.
 
     ``work_dir`` defaults to ``work_dirs/<config name>`` as in mmdet/mmseg. A config asking
     for mmengine's ``AmpOptimWrapper`` gets a substitute on machines without CUDA
@@ -52,6 +56,8 @@ def load_config(path: str, cfg_options: Optional[dict] = None,
     if not osp.isfile(path):
         raise FileNotFoundError(f'config {path!r} does not exist')
     cfg = Config.fromfile(path)
+    if max_iters is not None:
+        fit_schedule(cfg, max_iters)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     check_config(cfg, path, check_data)
