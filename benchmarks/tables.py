@@ -13,6 +13,7 @@ Kinds of results files:
   ``breakdown`` (``--breakdown``), ``launches`` (``--launches``), ``components``
   (``--components``);
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
+* ``tools/learning_curves.py --json``: ``learning``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
   copied cell by cell with the commit that reported them (``tables``).
@@ -131,6 +132,23 @@ def transcribed(data: dict) -> str:
     return '\n\n'.join(out)
 
 
+def learning(data: dict) -> str:
+    """``tools/learning_curves.py --json``: each model's metrics at every validation."""
+    curves = data['curves']
+    steps = ' / '.join(map(str, curves[0]['steps']))
+    lines = [f'| model | iterations (batch) | metric at {steps} | chance |', '|---|---|---|---|']
+    for found in curves:
+        if found['steps'] != curves[0]['steps']:
+            raise ValueError(f'{found["model"]} was validated at {found["steps"]}, the others '
+                             f'at {curves[0]["steps"]}: run both with the same --val-every')
+        metrics = ', '.join(
+            f'{name} ' + ' / '.join(f'{v:.1f}' for v in values[:-1]) + f' / **{values[-1]:.1f}**'
+            for name, values in found['metrics'].items())
+        lines.append(f'| {found["model"]} | {found["iters"]} (batch {found["batch"]}) | '
+                     f'{metrics} | {found["chance"]:g} |')
+    return '\n'.join(lines)
+
+
 class Table(NamedTuple):
     """A generated table: the results file it reads and how it renders it."""
     source: str  # path under results/
@@ -157,7 +175,7 @@ TABLES: Dict[str, Table] = {
     'components-224-512': Table('transcribed/components_224_512.json', transcribed),
     'components-512-1024': Table('transcribed/components_512_1024.json', transcribed),
     'onnx-export': Table('transcribed/onnx_export_2026-12-04.json', transcribed),
-    'learning-curves': Table('transcribed/learning_curves.json', transcribed),
+    'learning-curves': Table('learning_curves.json', learning),
 }
 
 

@@ -1,14 +1,15 @@
 """Show that ViT-5 Mask R-CNN and UperNet learn: train on the generated shapes set, evaluate
 at regular intervals, and record the curves (a script, not a timed test).
 
-    python tools/learning_curves.py --iters 600 --val-every 150 --out work_dirs/learning
+    python tools/learning_curves.py --iters 600 --val-every 150 --out work_dirs/learning \
+        [--json results/learning_curves.json]
 
-Writes ``<out>/curves.png`` (loss and mAP / mIoU over iterations), ``<out>/curves.md`` (the
-table of docs/en/get_started/quickstart.md) and the work dirs of both runs. Chance level on
-this set: a detector that predicts nothing (or random boxes) scores 0 mAP; a segmentor that
-paints every pixel background scores about 25 mIoU (mmseg reports percent) over the four
-present classes (100 IoU on background, 0 on the three shapes), which the table shows as the
-baseline.
+Writes ``<out>/curves.png`` (loss and mAP / mIoU over iterations), the work dirs of both runs
+and, with ``--json``, every validation's metrics with machine, date and commit: the table of
+docs/en/get_started/quickstart.md (``tools/make_tables.py``). Chance level on this set: a
+detector that predicts nothing (or random boxes) scores 0 mAP; a segmentor that paints every
+pixel background scores about 25 mIoU (mmseg reports percent) over the four present classes
+(100 IoU on background, 0 on the three shapes).
 """
 import argparse
 import json
@@ -16,11 +17,30 @@ import os
 import os.path as osp
 import subprocess
 import sys
+import time
+from typing import Dict, NamedTuple, Tuple
+
+from mmengine.config import Config
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, REPO)  # benchmarks/ beside tools/
+from benchmarks.results import git_commit, machine  # noqa: E402
+
+
+class Run(NamedTuple):
+    """A toy recipe and how the table shows it."""
+    config: str
+    title: str
+    metrics: Dict[str, Tuple[str, float]]  # logged key: (name in the table, scale to percent)
+    chance: float  # in percent
+
+
 RUNS = {
-    'maskrcnn': ('configs/toy/vit5-tiny_maskrcnn_shapes.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
-    'upernet': ('configs/toy/vit5-tiny_upernet_shapes.py', ('mIoU', )),
+    'maskrcnn': Run('configs/toy/vit5-tiny_maskrcnn_shapes.py',
+                    'Mask R-CNN, ViT-5 4x96 + simple pyramid (LN2d)',
+                    {'coco/bbox_mAP': ('bbox mAP', 100), 'coco/segm_mAP': ('segm mAP', 100)}, 0),
+    'upernet': Run('configs/toy/vit5-tiny_upernet_shapes.py', 'UperNet, ViT-5 4x96',
+                   {'mIoU': ('mIoU', 1)}, 25),
 }
 
 
@@ -30,11 +50,23 @@ def run(cmd, cwd):
 
 
 def val_records(work_dir: str, keys) -> list:
+    """(step, {key: value}) of every validation in the newest run of ``work_dir``."""
     logs = sorted(f for f in (osp.join(work_dir, d, 'vis_data', 'scalars.json')
                               for d in os.listdir(work_dir)) if osp.isfile(f))
     with open(logs[-1]) as f:
         records = [json.loads(line) for line in f if line.strip()]
     return [(r['step'], {k: r[k] for k in keys}) for r in records if keys[0] in r]
+
+
+def curve(name: str, work_dir: str, iters: int) -> dict:
+    """One model's row of the results file: its metrics in percent at every validation."""
+    spec = RUNS[name]
+    loader = Config.fromfile(osp.join(REPO, spec.config)).train_dataloader
+    records = val_records(work_dir, list(spec.metrics))
+    return dict(model=spec.title, iters=iters, batch=loader.batch_size, chance=spec.chance,
+                steps=[step for step, _ in records],
+                metrics={label: [round(found[key] * scale, 1) for _, found in records]
+                         for key, (label, scale) in spec.metrics.items()})
 
 
 def main() -> None:
@@ -45,36 +77,34 @@ def main() -> None:
     parser.add_argument('--train-images', type=int, default=96)
     parser.add_argument('--models', default='maskrcnn,upernet',
                         help=f'comma list of {list(RUNS)}')
+    parser.add_argument('--json', help='write the curves here (results/learning_curves.json)')
     args = parser.parse_args()
     out = osp.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     if not osp.isdir(osp.join(out, 'data/toy/coco')):
         run([sys.executable, osp.join(REPO, 'tools/make_toy_data.py'), 'data/toy', '--train',
              str(args.train_images), '--val', '16', '--size', '256'], cwd=out)
-    table = ['| model | iteration | ' + ' | '.join(['metric', 'value']) + ' |',
-             '|---|---|---|---|']
     names = args.models.split(',')
+    start, curves = time.perf_counter(), []
     for name in names:
-        config, keys = RUNS[name]
         work = osp.join(out, name)
-        run([sys.executable, osp.join(REPO, 'tools/train.py'), osp.join(REPO, config),
-             '--work-dir', work, '--cfg-options', f'train_cfg.max_iters={args.iters}',
-             f'train_cfg.val_interval={args.val_every}',
-             f'default_hooks.checkpoint.interval={args.iters}',
-             # the toy configs fix `end` to their own max_iters when they are parsed
-             f'param_scheduler.1.end={args.iters}',
-             *([f'param_scheduler.1.milestones=[{int(args.iters * 0.9)}]']
-               if name == 'maskrcnn' else [])], cwd=out)
-        for step, metrics in val_records(work, keys):
-            for key, value in metrics.items():
-                table.append(f'| {name} | {step} | {key} | {value:.3f} |')
-    if 'upernet' in names:
-        table.append('| upernet | - | mIoU of "all background" (chance) | 25.000 |')
-    with open(osp.join(out, 'curves.md'), 'w') as f:
-        f.write('\n'.join(table) + '\n')
+        run([sys.executable, osp.join(REPO, 'tools/train.py'), osp.join(REPO, RUNS[name].config),
+             '--work-dir', work, '--iters', str(args.iters), '--cfg-options',
+             f'train_cfg.val_interval={args.val_every}'], cwd=out)
+        curves.append(curve(name, work, args.iters))
+        print(json.dumps(curves[-1]))
+    minutes, seconds = divmod(round(time.perf_counter() - start), 60)
     run([sys.executable, osp.join(REPO, 'tools/plot_curves.py'),
          *[osp.join(out, n) for n in names], '--out', osp.join(out, 'curves.png')], cwd=out)
-    print('\n'.join(table))
+    if args.json:
+        meta = dict(machine=machine(), date=time.strftime('%Y-%m-%d', time.gmtime()),
+                    commit=git_commit(REPO),
+                    command='python tools/learning_curves.py ' + ' '.join(sys.argv[1:]),
+                    note=f'{args.train_images} training images of 256, {args.iters} '
+                         f'iterations each, {minutes} min {seconds} s in all')
+        os.makedirs(osp.dirname(osp.abspath(args.json)), exist_ok=True)
+        with open(args.json, 'w') as f:
+            json.dump(dict(meta=meta, curves=curves), f, indent=1)
 
 
 if __name__ == '__main__':
