@@ -101,3 +101,13 @@ def test_make_tables_check_names_a_stale_file(tmp_path):
     run_tool(tool('make_tables.py') + [str(page)], cwd=REPO)
     assert 'no-abs-pos' in page.read_text()
     run_tool(tool('make_tables.py') + ['--check', str(page)], cwd=REPO)
+
+
+def test_learning_table_refuses_curves_of_different_validations():
+    from benchmarks.tables import learning
+    curve = dict(model='M', iters=8, batch=2, chance=0, steps=[4, 8],
+                 metrics={'bbox mAP': [10.0, 20.0]})
+    assert '| M | 8 (batch 2) | bbox mAP 10.0 / **20.0** | 0 |' in learning(dict(curves=[curve]))
+    other = dict(curve, model='U', steps=[2, 4, 6, 8], metrics={'mIoU': [1.0, 2.0, 3.0, 4.0]})
+    with pytest.raises(ValueError, match=r'U was validated at \[2, 4, 6, 8\].*same --val-every'):
+        learning(dict(curves=[curve, other]))
