@@ -121,6 +121,16 @@ def machine() -> str:
     return f'CPU, {os.cpu_count()} cores'
 
 
+def write_results(path: str, meta: dict, command: str, **records) -> None:
+    """Write a tool's measurements to ``path`` (JSON under ``results/``) with what a table's
+    caption names: ``meta`` plus the date, the commit and ``command``."""
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    meta = dict(meta, date=time.strftime('%Y-%m-%d', time.gmtime()),
+                commit=git_commit(osp.dirname(osp.abspath(__file__))), command=command)
+    with open(path, 'w') as f:
+        json.dump(dict(meta=meta, **records), f, indent=1)
+
+
 def record_run(work_dir: str, config_path: str, max_iters: int) -> None:
     """Write what the harness needs and the work dir does not say: config, commit, date and
     machine."""

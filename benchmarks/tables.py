@@ -13,7 +13,8 @@ Kinds of results files:
   ``breakdown`` (``--breakdown``), ``launches`` (``--launches``), ``components``
   (``--components``);
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
-* ``tools/learning_curves.py --json``: ``learning``;
+* ``tools/learning_curves.py --json``: ``learning``; ``tools/compile_kernels.py --json``:
+  ``kernels``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
   copied cell by cell with the commit that reported them (``tables``).
@@ -27,6 +28,7 @@ from .ablation import markdown_table as ablation_table
 from .ablation import summarize
 from .breakdown import Launches, PartTime, Saved, launches_table, part_table, saved_table
 from .components import Component, ComponentTimes
+from .kernel_compile import Compiled, compiled_table
 from .report import components_tables
 from .results import NOT_RECORDED, fill_table, load_runs, results_table
 from .targets import Target, targets_table
@@ -132,6 +134,11 @@ def transcribed(data: dict) -> str:
     return '\n\n'.join(out)
 
 
+def kernels(data: dict) -> str:
+    """``tools/compile_kernels.py --json``: each kernel's resources per GPU architecture."""
+    return compiled_table([Compiled(**c) for c in data['kernels']])
+
+
 def learning(data: dict) -> str:
     """``tools/learning_curves.py --json``: each model's metrics at every validation."""
     curves = data['curves']
@@ -176,6 +183,7 @@ TABLES: Dict[str, Table] = {
     'components-512-1024': Table('transcribed/components_512_1024.json', transcribed),
     'onnx-export': Table('transcribed/onnx_export_2026-12-04.json', transcribed),
     'learning-curves': Table('learning_curves.json', learning),
+    'kernel-compile': Table('kernel_compile.json', kernels),
 }
 
 

@@ -9,10 +9,8 @@ Example: ``python tools/benchmark.py --models vit5-s,vit5-b --sizes 224,512,1024
 ``--quick`` is the CI smoke preset.
 """
 import argparse
-import json
 import os
 import sys
-import time
 from dataclasses import asdict
 from typing import List, Optional, Sequence
 
@@ -30,7 +28,7 @@ from benchmarks.peers import PEERS, VIT5_ARCHS, build_vit5, select_peers  # noqa
 from benchmarks.peers import unavailable_reason  # noqa: E402
 from benchmarks.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
                                save_components_plot, save_plot)
-from benchmarks.results import git_commit  # noqa: E402
+from benchmarks.results import write_results  # noqa: E402
 from benchmarks.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
 from benchmarks.targets import (detector_targets, row_targets,  # noqa: E402
                                 targets_table, timed_targets)
@@ -221,16 +219,10 @@ def run_launches(args: argparse.Namespace, setup: Setup, device: str) -> int:
 
 
 def save_json(args: argparse.Namespace, meta: dict, **records) -> None:
-    """With --json, write a run's records; ``meta`` gains what a table's caption names: the
-    torch version, date, commit and command."""
-    if not args.json:
-        return
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    meta = dict(meta, torch=torch.__version__, date=time.strftime('%Y-%m-%d', time.gmtime()),
-                commit=git_commit(REPO), command=args.command)
-    with open(args.json, 'w') as f:
-        json.dump(dict(meta=meta, **records), f, indent=1)
-    progress(f'rows saved to {args.json}')
+    """With --json, write a run's records with the torch version, date, commit and command."""
+    if args.json:
+        write_results(args.json, dict(meta, torch=torch.__version__), args.command, **records)
+        progress(f'rows saved to {args.json}')
 
 
 def run_train_log(args: argparse.Namespace, setup: Setup, device: str) -> int:

@@ -24,7 +24,7 @@ from mmengine.config import Config
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, REPO)  # benchmarks/ beside tools/
-from benchmarks.results import git_commit, machine  # noqa: E402
+from benchmarks.results import machine, write_results  # noqa: E402
 
 
 class Run(NamedTuple):
@@ -97,14 +97,10 @@ def main() -> None:
     run([sys.executable, osp.join(REPO, 'tools/plot_curves.py'),
          *[osp.join(out, n) for n in names], '--out', osp.join(out, 'curves.png')], cwd=out)
     if args.json:
-        meta = dict(machine=machine(), date=time.strftime('%Y-%m-%d', time.gmtime()),
-                    commit=git_commit(REPO),
-                    command='python tools/learning_curves.py ' + ' '.join(sys.argv[1:]),
-                    note=f'{args.train_images} training images of 256, {args.iters} '
-                         f'iterations each, {minutes} min {seconds} s in all')
-        os.makedirs(osp.dirname(osp.abspath(args.json)), exist_ok=True)
-        with open(args.json, 'w') as f:
-            json.dump(dict(meta=meta, curves=curves), f, indent=1)
+        write_results(args.json, dict(
+            machine=machine(), note=f'{args.train_images} training images of 256, {args.iters} '
+            f'iterations each, {minutes} min {seconds} s in all'),
+            'python tools/learning_curves.py ' + ' '.join(sys.argv[1:]), curves=curves)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,186 @@
+"""mmvit5's Triton kernels compiled for CUDA GPUs on a machine that has none.
+
+Triton's interpreter (``TRITON_INTERPRET=1``, how CI checks the kernels' values) never runs
+Triton's compiler. Here the compiler itself turns every kernel a ViT5 block launches into a
+cubin for a chosen architecture: its LLVM and the ``ptxas`` it ships need no device, only a
+driver that names the target (:class:`CompileOnlyDriver`). :func:`compile_block_kernels` runs
+ViT5 blocks forward and backward on the CPU with every launch replaced by that compilation
+(Triton's ``warmup``), so the kernels are built with the very arguments, dtypes and block
+sizes of training; the outputs stay unwritten and mean nothing. ``ptxas -v`` then reports
+registers, spills and stack per kernel.
+
+The kernel modules must have been imported without ``TRITON_INTERPRET`` (run in a process of
+its own: ``tools/compile_kernels.py``).
+"""
+import contextlib
+import os
+import re
+import subprocess
+import tempfile
+from typing import Iterator, List, NamedTuple, Sequence
+
+import torch
+
+# shared memory one block may use (bytes): A100 (8.0) 163 KiB, L40/4090 (8.9) 99 KiB,
+# H100/H200 (9.0) 227 KiB
+SHARED_LIMIT = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
+MODES = {  # name: (autocast dtype or None, parameter dtype)
+    'float32': (None, torch.float32),
+    'bf16 autocast': (torch.bfloat16, torch.float32),
+    'fp16 autocast': (torch.float16, torch.float32),
+    'bfloat16': (None, torch.bfloat16),
+}
+
+
+class Compiled(NamedTuple):
+    """One kernel as compiled for one architecture."""
+    kernel: str
+    arch: int
+    mode: str
+    width: int  # the ViT5's embed_dim
+    pointers: str  # element types of its pointer arguments, e.g. 'bf16 fp32'
+    num_warps: int
+    shared: int  # bytes
+    registers: int
+    spill_bytes: int  # spill stores + loads
+    stack_bytes: int
+    cubin_bytes: int
+
+
+def _cuda_driver():
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.driver import CudaDriver
+
+    class CompileOnlyDriver(CudaDriver):
+        """The CUDA driver as Triton's compiler sees it: a target and nothing to run on."""
+
+        def __init__(self, arch: int):  # no CudaDriver.__init__: it loads libcuda
+            self.arch = arch
+
+        def get_current_target(self):
+            return GPUTarget('cuda', self.arch, 32)
+
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+    return CompileOnlyDriver
+
+
+@contextlib.contextmanager
+def compile_only(arch: int, found: List) -> Iterator[None]:
+    """Within: Triton launches compile for ``arch`` and append the kernel to ``found``."""
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    from mmvit5.models.layers.kernels import (  # noqa: F401 (decorated here, not interpreted)
+        layer_scale_triton,
+        qk_norm_rope_triton,
+        rms_norm_triton,
+    )
+    if qk_norm_rope_triton._INTERPRET:
+        raise RuntimeError('the kernels were decorated under TRITON_INTERPRET=1: compile them '
+                           'in a process without it (python tools/compile_kernels.py)')
+    launch = JITFunction.run
+
+    def compile_instead(self, *args, grid, warmup, **kwargs):
+        kernel = launch(self, *args, grid=grid, warmup=True, **kwargs)
+        found.append(kernel)
+        return kernel
+
+    # the dispatcher sends CPU tensors to the Triton kernels only when it believes they are
+    # interpreted; they are compiled instead, never run
+    saved = {key: os.environ.get(key) for key in ('TRITON_INTERPRET', 'MMVIT5_TRITON')}
+    active = driver._active  # reset_active() would look for a GPU
+    driver.set_active(_cuda_driver()(arch))
+    JITFunction.run = compile_instead
+    os.environ.update(TRITON_INTERPRET='1', MMVIT5_TRITON='1')
+    try:
+        yield
+    finally:
+        JITFunction.run = launch
+        driver._active = active
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def ptxas_report(ptx: str, arch: int) -> dict:
+    """registers, spill and stack bytes of the one kernel in ``ptx`` (``ptxas -v``)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'kernel.ptx')
+        with open(path, 'w') as f:
+            f.write(ptx)
+        suffix = 'a' if arch >= 90 else ''
+        log = subprocess.run([get_ptxas(arch).path, '-v', '--gpu-name', f'sm_{arch}{suffix}',
+                              path, '-o', os.devnull], capture_output=True, text=True,
+                             check=True).stderr
+    number = lambda pattern: int(re.search(pattern, log).group(1))  # noqa: E731
+    return dict(registers=number(r'Used (\d+) registers'),
+                spill_bytes=number(r'(\d+) bytes spill stores') +
+                number(r'(\d+) bytes spill loads'),
+                stack_bytes=number(r'(\d+) bytes stack frame'))
+
+
+def compile_block_kernels(archs: Sequence[int], widths: Sequence[int] = (384, 768, 1024),
+                          modes: Sequence[str] = tuple(MODES)) -> List[Compiled]:
+    """Every Triton kernel of a windowed and a global ViT5 block, forward and backward, for
+    each architecture, width (64-wide heads, as ViT5-S/B/L) and mode of :data:`MODES`.
+
+    Returns:
+        list[Compiled]: One entry per distinct compiled kernel.
+    """
+    from mmvit5.models import ViT5
+    done, seen = [], set()
+    for arch in archs:
+        for width in widths:
+            for mode in modes:
+                autocast, param_dtype = MODES[mode]
+                model = ViT5(arch=dict(embed_dim=width, depth=2, num_heads=width // 64),
+                             img_size=64, out_indices=(1, ), window_size=4,
+                             global_attn_indices=(1, )).to(param_dtype)
+                x = torch.randn(2, 3, 64, 96, dtype=param_dtype)
+                found = []
+                with compile_only(arch, found):
+                    with torch.autocast('cpu', dtype=autocast or torch.bfloat16,
+                                        enabled=autocast is not None):
+                        out = model(x)[0]
+                    out.float().sum().backward()
+                for kernel in found:
+                    if (arch, width, mode, kernel.hash) in seen:
+                        continue
+                    seen.add((arch, width, mode, kernel.hash))
+                    types = sorted({t[1:] for t in kernel.src.signature.values()
+                                    if t.startswith('*')})
+                    done.append(Compiled(
+                        kernel.name, arch, mode, width, ' '.join(types),
+                        kernel.metadata.num_warps, kernel.metadata.shared,
+                        cubin_bytes=len(kernel.asm['cubin']),
+                        **ptxas_report(kernel.asm['ptx'], arch)))
+    return done
+
+
+def compiled_table(found: Sequence[Compiled]) -> str:
+    """Per kernel and architecture: the largest resources over widths and modes."""
+    rows = {}
+    for c in found:
+        row = rows.setdefault((c.kernel, c.arch), dict(variants=0, registers=0, spill=0,
+                                                       stack=0, shared=0, warps=set()))
+        row['variants'] += 1
+        row['registers'] = max(row['registers'], c.registers)
+        row['spill'] = max(row['spill'], c.spill_bytes)
+        row['stack'] = max(row['stack'], c.stack_bytes)
+        row['shared'] = max(row['shared'], c.shared)
+        row['warps'].add(c.num_warps)
+    lines = ['| kernel | sm | variants | registers (max) | spill bytes (max) | stack bytes | '
+             'shared KiB (max) | warps |', '|---|---|---|---|---|---|---|---|']
+    for (kernel, arch), row in sorted(rows.items()):
+        warps = '/'.join(map(str, sorted(row['warps'])))
+        lines.append(f'| `{kernel}` | {arch} | {row["variants"]} | {row["registers"]} | '
+                     f'{row["spill"]} | {row["stack"]} | {row["shared"] / 1024:.1f} | {warps} |')
+    return '\n'.join(lines)
