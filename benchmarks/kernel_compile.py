@@ -112,12 +112,16 @@ def compile_only(arch: int, found: List) -> Iterator[None]:
 def ptxas_report(ptx: str, arch: int) -> dict:
     """registers, spill and stack bytes of the one kernel in ``ptx`` (``ptxas -v``)."""
     from triton.backends.nvidia.compiler import get_ptxas
+    try:
+        ptxas = get_ptxas(arch).path
+    except TypeError:  # Triton < 3.6: one ptxas for every architecture
+        ptxas = get_ptxas().path
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, 'kernel.ptx')
         with open(path, 'w') as f:
             f.write(ptx)
         suffix = 'a' if arch >= 90 else ''
-        log = subprocess.run([get_ptxas(arch).path, '-v', '--gpu-name', f'sm_{arch}{suffix}',
+        log = subprocess.run([ptxas, '-v', '--gpu-name', f'sm_{arch}{suffix}',
                               path, '-o', os.devnull], capture_output=True, text=True,
                              check=True).stderr
     number = lambda pattern: int(re.search(pattern, log).group(1))  # noqa: E731
