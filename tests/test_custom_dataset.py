@@ -3,6 +3,7 @@ shipped recipes on COCO-format instances and on a folder of images and PNG masks
 names read from the files into the datasets and every head; bad data is refused with the value,
 what was expected and what to change. The guide's commands run here for 2 iterations on the
 generated shapes set, then tools/test.py on the saved config with the real metrics."""
+import importlib
 import json
 import os.path as osp
 import shutil
@@ -104,13 +105,48 @@ def test_every_head_gets_the_class_count(name, heads):
         assert module.num_classes == 5, head
 
 
-@pytest.mark.parametrize('name, message', [
-    ('vit5_mask2former-ins_coco.py', "model type 'Mask2Former' has neither"),
-    ('vit5_mask2former_ade20k.py', 'Mask2FormerHead weights its 150 classes one by one'),
+@pytest.mark.parametrize('name, head', [('vit5_mask2former-ins_coco.py', 'panoptic_head'),
+                                        ('vit5_mask2former_ade20k.py', 'decode_head')])
+def test_mask2former_gets_the_class_count_and_keeps_its_no_object_weight(name, head):
+    """Built, the query classifier has 5 classes + "no object", whose weight stays 0.1."""
+    from mmengine.registry import DefaultScope
+
+    from mmvit5.utils import shrink_model
+    cfg = Config.fromfile(config(name))
+    set_num_classes(cfg.model, 5)
+    assert cfg.model[head].loss_cls.class_weight == [1.0] * 5 + [0.1]
+    shrink_model(cfg.model)
+    registry = importlib.import_module(f'{cfg.default_scope}.registry')
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        model = registry.MODELS.build(cfg.model)
+    built = getattr(model, head)
+    assert built.cls_embed.out_features == 6
+    assert built.loss_cls.class_weight == [1.0] * 5 + [0.1]
+    if head == 'panoptic_head':
+        assert model.panoptic_fusion_head.num_things_classes == 5
+
+
+def model_of(name: str, **options):
+    cfg = Config.fromfile(config(name))
+    cfg.merge_from_dict({f'model.{key}': value for key, value in options.items()})
+    return cfg.model
+
+
+@pytest.mark.parametrize('model, message', [
+    (lambda: model_of('vit5_mask2former-pan_coco.py'),
+     r'is panoptic \(53 stuff classes\).*vit5_mask2former-ins_coco.py'),
+    (lambda: model_of('vit5_mask2former_ade20k.py', **{
+        'decode_head.loss_cls.class_weight': [2.0] * 150 + [0.1]}),
+     'Mask2FormerHead weights its 150 classes one by one'),
+    (lambda: model_of('vit5_upernet_ade20k.py', **{
+        'decode_head.loss_decode.class_weight': [1.0] * 150}),
+     'UPerHead weights its 150 classes one by one'),
+    (lambda: Config(dict(model=dict(type='RetinaNet', bbox_head=dict(num_classes=80)))).model,
+     "model type 'RetinaNet' has none"),
 ])
-def test_heads_it_cannot_set_are_refused(name, message):
+def test_heads_it_cannot_set_are_refused(model, message):
     with pytest.raises(ValueError, match=message):
-        set_num_classes(Config.fromfile(config(name)).model, 5)
+        set_num_classes(model(), 5)
 
 
 # ----------------------------------------------------------------- masks
@@ -298,3 +334,54 @@ def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
     assert cfg.work_dir == osp.join('work_dirs', 'vit5-tiny_upernet_shapes_mine')
     loads = [t for t in cfg.val_dataloader.dataset.pipeline if t.type == 'LoadAnnotations']
     assert loads and not any('reduce_zero_label' in t for t in loads)  # the dataset's holds
+
+
+@pytest.mark.slow  # trains and tests a (shrunk) Mask2Former
+def test_coco_format_dataset_trains_mask2former(shapes, monkeypatch, capsys):
+    """The instance Mask2Former recipe, shrunk, on the generated COCO set: the json's 3
+    classes reach the query classifier (3 + "no object", still weighted 0.1) and the fusion
+    head, and tools/test.py evaluates it with CocoMetric."""
+    from mmvit5.utils import shrink_model
+    cfg = Config.fromfile(config('vit5_mask2former-ins_coco.py'))
+    shrink_model(cfg.model)
+    recipe = str(shapes / 'm2f-ins.py')
+    cfg.dump(recipe)
+    work = shapes / 'work'
+    out = run_tool_here('finetune.py', [
+        'det', 'data/toy/coco', '--config', recipe, '--iters', '2', '--work-dir', work,
+        '--cfg-options', 'train_dataloader.batch_size=1', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False'], shapes, monkeypatch, capsys)
+    assert '[finetune] 3 classes from' in out
+    saved = Config.fromfile(str(work / 'm2f-ins.py'))
+    head = saved.model.panoptic_head
+    assert (head.num_things_classes, head.num_stuff_classes) == (3, 0)
+    assert head.loss_cls.class_weight == [1.0, 1.0, 1.0, 0.1]
+    assert saved.model.panoptic_fusion_head.num_things_classes == 3
+    out = run_tool_here('test.py', [work / 'm2f-ins.py', work / 'iter_2.pth', '--work-dir',
+                                    work / 'test'], shapes, monkeypatch, capsys)
+    metrics = metrics_of(out)
+    for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
+        assert 0.0 <= metrics[key] <= 1.0, metrics
+
+
+@pytest.mark.slow  # trains and tests a (shrunk) Mask2Former
+def test_image_and_mask_folders_train_mask2former(shapes, monkeypatch, capsys):
+    """The ADE20K Mask2Former recipe, shrunk, on the image + mask folders: classes.txt's 4
+    classes reach the head (4 + "no object", still weighted 0.1); tools/test.py gives mIoU."""
+    from mmvit5.utils import shrink_model
+    cfg = Config.fromfile(config('vit5_mask2former_ade20k.py'))
+    shrink_model(cfg.model)
+    recipe = str(shapes / 'm2f-seg.py')
+    cfg.dump(recipe)
+    work = shapes / 'work'
+    out = run_tool_here('finetune.py', [
+        'seg', ADE, *ADE_LAYOUT, '--reduce-zero-label', '--config', recipe, '--iters', '2',
+        '--work-dir', work, '--cfg-options', 'train_dataloader.batch_size=1',
+        'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False'],
+        shapes, monkeypatch, capsys)
+    assert f'[finetune] 4 classes from {ADE}/classes.txt' in out
+    head = Config.fromfile(str(work / 'm2f-seg.py')).model.decode_head
+    assert head.num_classes == 4 and head.loss_cls.class_weight == [1.0] * 4 + [0.1]
+    out = run_tool_here('test.py', [work / 'm2f-seg.py', work / 'iter_2.pth', '--work-dir',
+                                    work / 'test'], shapes, monkeypatch, capsys)
+    assert 0.0 <= metrics_of(out)['mIoU'] <= 100.0

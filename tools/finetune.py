@@ -1,10 +1,11 @@
 """Fine-tune a shipped recipe on your own data, class names read from the files.
 
-    # COCO-format instances (a json per split, image folders) -> ViT5 Mask R-CNN
+    # COCO-format instances (a json per split, image folders) -> ViT5 Mask R-CNN, Cascade
+    # Mask R-CNN or instance Mask2Former (--config)
     python tools/finetune.py det DATA_ROOT [--train-ann annotations/instances_train2017.json]
         [--train-img train2017] [--val-ann annotations/instances_val2017.json]
         [--val-img val2017] [--config configs/vit5_maskrcnn_coco.py]
-    # a folder of images and one of PNG masks, classes.txt -> ViT5 UperNet
+    # a folder of images and one of PNG masks, classes.txt -> ViT5 UperNet or Mask2Former
     python tools/finetune.py seg DATA_ROOT [--classes classes.txt] [--train-img img_dir/train]
         [--train-mask ann_dir/train] [--val-img img_dir/val] [--val-mask ann_dir/val]
         [--img-suffix .jpg] [--mask-suffix .png] [--reduce-zero-label]

@@ -68,8 +68,13 @@ def _checked_names(names: Tuple[str, ...], where: str, fix: str) -> Tuple[str, .
 
 
 def set_num_classes(model: dict, num_classes: int) -> None:
-    """Every classifying head of a Mask R-CNN / Cascade R-CNN or UperNet config gets
-    ``num_classes``: the box head(s) and mask head, or the decode and auxiliary heads.
+    """Every classifying head of a Mask R-CNN / Cascade R-CNN, instance Mask2Former (mmdet),
+    UperNet or Mask2Former (mmseg) config gets ``num_classes``: the box head(s) and mask head,
+    the Mask2Former and fusion heads' things, or the decode and auxiliary heads.
+
+    Mask2Former weighs every class 1 and its "no object" class apart (``class_weight`` of
+    ``num_classes + 1``); that weighting is kept for the new count. Any other per-class
+    weighting is the user's to set.
 
     Args:
         model (dict): The ``model`` of a config, changed in place.
@@ -77,18 +82,44 @@ def set_num_classes(model: dict, num_classes: int) -> None:
     """
     if 'roi_head' in model:
         heads = [*_as_list(model.roi_head.bbox_head), *_as_list(model.roi_head.get('mask_head'))]
+    elif 'panoptic_head' in model:  # mmdet's MaskFormer / Mask2Former
+        stuff = model.panoptic_head.get('num_stuff_classes')
+        if stuff:
+            raise ValueError(f'{model.type} here is panoptic ({stuff} stuff classes) but '
+                             'COCO-format instances have things only: fine-tune '
+                             'configs/vit5_mask2former-ins_coco.py, or set things, stuff and '
+                             'the datasets\' metainfo with --cfg-options')
+        _keep_no_object_weight(model.panoptic_head, model.panoptic_head.num_things_classes,
+                               num_classes)
+        for head in (model.panoptic_head, model.get('panoptic_fusion_head')):
+            if head is not None:
+                head.num_things_classes = num_classes
+        return
     elif 'decode_head' in model:
         heads = [model.decode_head, *_as_list(model.get('auxiliary_head'))]
     else:
-        raise ValueError(f'set_num_classes handles two-stage detectors (roi_head) and '
-                         f'segmentors (decode_head); model type {model.get("type")!r} has '
-                         'neither: set its heads\' class counts with --cfg-options')
+        raise ValueError(f'set_num_classes handles two-stage detectors (roi_head), Mask2Former '
+                         f'(panoptic_head) and segmentors (decode_head); model type '
+                         f'{model.get("type")!r} has none: set its heads\' class counts with '
+                         '--cfg-options')
     for head in heads:
-        if 'class_weight' in (head.get('loss_cls') or {}) or 'class_weight' in (
-                head.get('loss_decode') or {}):
+        if 'class_weight' in (head.get('loss_decode') or {}):
             raise ValueError(f'{head.type} weights its {head.num_classes} classes one by one '
                              '(class_weight); set the weights for your classes yourself')
+        _keep_no_object_weight(head, head.num_classes, num_classes)
         head.num_classes = num_classes
+
+
+def _keep_no_object_weight(head: dict, old: int, new: int) -> None:
+    """``[1] * old + [w]`` (MaskFormer's classes and "no object") becomes ``[1] * new + [w]``;
+    other class weights are refused."""
+    weight = (head.get('loss_cls') or {}).get('class_weight')
+    if weight is None:
+        return
+    if len(weight) != old + 1 or any(w != 1.0 for w in weight[:-1]):
+        raise ValueError(f'{head.type} weights its {old} classes one by one (class_weight); '
+                         'set the weights for your classes yourself')
+    head.loss_cls.class_weight = [1.0] * new + [weight[-1]]
 
 
 def _as_list(value) -> list:
@@ -123,7 +154,8 @@ def check_coco_images(ann_file: str, img_dir: str, option: str) -> int:
 
 def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, val_ann: str,
                   val_img: str, check_images: bool = True) -> Tuple[str, ...]:
-    """Train ``cfg`` (a Mask R-CNN / Cascade R-CNN recipe) on a COCO-format dataset.
+    """Train ``cfg`` (a Mask R-CNN, Cascade R-CNN or instance Mask2Former recipe) on a
+    COCO-format dataset.
 
     The class names are those of the training json; the validation json must list the same
     categories, since ``CocoMetric`` matches predictions to its ids by name.
