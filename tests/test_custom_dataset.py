@@ -336,28 +336,36 @@ def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
     assert loads and not any('reduce_zero_label' in t for t in loads)  # the dataset's holds
 
 
+def finetune_shrunk(name: str, data_args: list, shapes, monkeypatch, capsys):
+    """tools/finetune.py DATA_ARGS on the shipped recipe ``name``, shrunk, 2 iterations at
+    batch 1; returns its output and work dir (where the run's config is ``recipe.py``)."""
+    from mmvit5.utils import shrink_model
+    cfg = Config.fromfile(config(name))
+    shrink_model(cfg.model)
+    recipe = str(shapes / 'recipe.py')
+    cfg.dump(recipe)
+    work = shapes / 'work'
+    out = run_tool_here('finetune.py', [
+        *data_args, '--config', recipe, '--iters', '2', '--work-dir', work, '--cfg-options',
+        'train_dataloader.batch_size=1', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False'], shapes, monkeypatch, capsys)
+    return out, work
+
+
 @pytest.mark.slow  # trains and tests a (shrunk) Mask2Former
 def test_coco_format_dataset_trains_mask2former(shapes, monkeypatch, capsys):
     """The instance Mask2Former recipe, shrunk, on the generated COCO set: the json's 3
     classes reach the query classifier (3 + "no object", still weighted 0.1) and the fusion
     head, and tools/test.py evaluates it with CocoMetric."""
-    from mmvit5.utils import shrink_model
-    cfg = Config.fromfile(config('vit5_mask2former-ins_coco.py'))
-    shrink_model(cfg.model)
-    recipe = str(shapes / 'm2f-ins.py')
-    cfg.dump(recipe)
-    work = shapes / 'work'
-    out = run_tool_here('finetune.py', [
-        'det', 'data/toy/coco', '--config', recipe, '--iters', '2', '--work-dir', work,
-        '--cfg-options', 'train_dataloader.batch_size=1', 'train_dataloader.num_workers=0',
-        'train_dataloader.persistent_workers=False'], shapes, monkeypatch, capsys)
+    out, work = finetune_shrunk('vit5_mask2former-ins_coco.py', ['det', 'data/toy/coco'],
+                                shapes, monkeypatch, capsys)
     assert '[finetune] 3 classes from' in out
-    saved = Config.fromfile(str(work / 'm2f-ins.py'))
+    saved = Config.fromfile(str(work / 'recipe.py'))
     head = saved.model.panoptic_head
     assert (head.num_things_classes, head.num_stuff_classes) == (3, 0)
     assert head.loss_cls.class_weight == [1.0, 1.0, 1.0, 0.1]
     assert saved.model.panoptic_fusion_head.num_things_classes == 3
-    out = run_tool_here('test.py', [work / 'm2f-ins.py', work / 'iter_2.pth', '--work-dir',
+    out = run_tool_here('test.py', [work / 'recipe.py', work / 'iter_2.pth', '--work-dir',
                                     work / 'test'], shapes, monkeypatch, capsys)
     metrics = metrics_of(out)
     for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
@@ -368,20 +376,12 @@ def test_coco_format_dataset_trains_mask2former(shapes, monkeypatch, capsys):
 def test_image_and_mask_folders_train_mask2former(shapes, monkeypatch, capsys):
     """The ADE20K Mask2Former recipe, shrunk, on the image + mask folders: classes.txt's 4
     classes reach the head (4 + "no object", still weighted 0.1); tools/test.py gives mIoU."""
-    from mmvit5.utils import shrink_model
-    cfg = Config.fromfile(config('vit5_mask2former_ade20k.py'))
-    shrink_model(cfg.model)
-    recipe = str(shapes / 'm2f-seg.py')
-    cfg.dump(recipe)
-    work = shapes / 'work'
-    out = run_tool_here('finetune.py', [
-        'seg', ADE, *ADE_LAYOUT, '--reduce-zero-label', '--config', recipe, '--iters', '2',
-        '--work-dir', work, '--cfg-options', 'train_dataloader.batch_size=1',
-        'train_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False'],
-        shapes, monkeypatch, capsys)
+    out, work = finetune_shrunk('vit5_mask2former_ade20k.py',
+                                ['seg', ADE, *ADE_LAYOUT, '--reduce-zero-label'],
+                                shapes, monkeypatch, capsys)
     assert f'[finetune] 4 classes from {ADE}/classes.txt' in out
-    head = Config.fromfile(str(work / 'm2f-seg.py')).model.decode_head
+    head = Config.fromfile(str(work / 'recipe.py')).model.decode_head
     assert head.num_classes == 4 and head.loss_cls.class_weight == [1.0] * 4 + [0.1]
-    out = run_tool_here('test.py', [work / 'm2f-seg.py', work / 'iter_2.pth', '--work-dir',
+    out = run_tool_here('test.py', [work / 'recipe.py', work / 'iter_2.pth', '--work-dir',
                                     work / 'test'], shapes, monkeypatch, capsys)
     assert 0.0 <= metrics_of(out)['mIoU'] <= 100.0
