@@ -430,17 +430,18 @@ class ViT5(BaseModule):
         num_registers = self.num_registers if num_registers is None else num_registers
         key = (grid, dtype, device, self.rope_mode, num_registers,
                windows.window_size if windows is not None else 0)
-        # torch.export would pin a looked-up key's grid to the example input's: exported
-        # graphs (ONNX) compute the table from their symbolic grid instead
-        exporting = execution_mode() is ExecutionMode.EXPORTING
-        table = None if exporting else self._rope_cache.get(key)
+        # Graphs compute the table instead of looking it up: torch.export would pin a cached
+        # key's grid to the example input's, and torch.compile would guard on the cache's
+        # contents, so the step that fills it would recompile the whole model
+        traced = execution_mode() is not ExecutionMode.EAGER
+        table = None if traced else self._rope_cache.get(key)
         if table is None:
             with torch.no_grad():
                 angles = sequence_angles(self.rope, self.rope_reg, grid, num_registers,
                                          self.rope_mode).to(device)
                 table = permute_tokens(rotations(angles, dtype)[None],
                                        None if windows is None else windows.order)[0]
-            if exporting:
+            if traced:
                 return table
             if len(self._rope_cache) >= 16:  # multi-scale training meets many grids
                 self._rope_cache.pop(next(iter(self._rope_cache)))
