@@ -143,22 +143,23 @@ def _fill(targets: List[Target], specs: List[TimedTarget],
 
 def timed_targets(size: int, rounds: int, setup: Setup, compiled: bool = False
                   ) -> List[Target]:
-    """The latency and training-memory targets at one input size (module docstring);
-    ``compiled`` adds the torch.compile'd training pair."""
+    """The latency and training-memory targets at one input size (module docstring), or with
+    ``compiled`` the torch.compile'd training pair alone (GPU time is scarce)."""
     label = f'{size}x{size}'
-    specs = TIMED_TARGETS + (CUDA_TARGETS if setup.device.type == 'cuda' else []) + (
-        COMPILED_TARGETS if compiled else [])
+    specs = COMPILED_TARGETS if compiled else TIMED_TARGETS + (
+        CUDA_TARGETS if setup.device.type == 'cuda' else [])
     targets = [Target(spec.claim, label, spec.bound_on(setup.device)) for spec in specs]
+    memory_specs = [] if compiled else MEMORY_TARGETS
     memory = [Target(spec.claim, label, spec.bound_on(setup.device),
                      basis='one step each, same run')
-              for spec in MEMORY_TARGETS]
+              for spec in memory_specs]
     models: Dict[str, nn.Module] = {}
-    for name in dict.fromkeys(n for spec in specs + MEMORY_TARGETS for n in spec.pair):
+    for name in dict.fromkeys(n for spec in specs + memory_specs for n in spec.pair):
         torch.manual_seed(0)
         try:
             models[name] = target_model(name, size).to(setup.device, mixed_weights(setup))
         except Exception as exc:  # noqa: BLE001 - a missing peer leaves its targets open
-            for target, spec in zip(targets + memory, specs + MEMORY_TARGETS):
+            for target, spec in zip(targets + memory, specs + memory_specs):
                 if name in spec.pair:
                     target.note = f'{name}: {describe(exc)}'
     x = make_input(size, setup).to(mixed_weights(setup))

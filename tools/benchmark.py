@@ -77,7 +77,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--target-rounds', type=int, default=5,
                         help='rounds of alternated steps per target ratio')
     parser.add_argument('--target-compile', action='store_true',
-                        help='add the torch.compile\'d training-step pair to --targets')
+                        help='with --targets, time only the torch.compile\'d training-step '
+                        'pair (the eager targets are another run\'s)')
     parser.add_argument('--detector-targets', default='',
                         help='comma list of input sides at which to time the whole Mask R-CNN '
                         'training step against the same detector on mmpretrain\'s ViT-B (batch '

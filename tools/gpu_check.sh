@@ -16,19 +16,19 @@
 #    path's values and gradients against the masked rule, the Triton kernels, with_cp, the
 #    training path against the unfused model, saved activations, RoIAlign/NMS);
 # 3. ViT5-B vs timm ViT-B at 1024, batch 1 and 4: forward and training step time, peak memory,
-#    window-14 against global;
+#    window-14 against global, flex_attention windows against batched-SDPA windows;
 # 4. the whole Mask R-CNN step at batch 2 against mmpretrain's ViT-B detector and against the
 #    plain-ViTDet ViT5 (five parts off, same windows);
-# 5. tools/train.py (configs/vit5_maskrcnn_coco.py --amp, LSJ 1024) on generated shapes data,
-#    ViT5-B and ViT5-L at batch 2 and 4: loop img/s against the model-only step, peak GiB,
-#    backbone MFU;
-# 6. the torch.compile'd training pair at 1024 (batch 1);
-# 7. the one-block breakdown (saved tensors, per-part time, launches) at 1024;
-# 8. the per-part cost (--components) on CUDA.
+# 5. the torch.compile'd training pair at 1024 (batch 1);
+# 6. tools/train.py (configs/vit5_maskrcnn_coco.py --amp, LSJ 1024) on generated shapes data,
+#    ViT5-B at batch 2, then the one-block breakdown (saved tensors, per-part time, launches),
+#    then ViT5-L at batch 2 and both at batch 4: loop img/s against the model-only step, peak
+#    GiB, backbone MFU;
+# 7. the per-part cost (--components) on CUDA.
 # Everything goes to ${OUT:-work_dirs/gpu_check}; the summary is printed last.
 #
 # SECTIONS='names or globs' runs only those sections (e.g. a second call for what the first one's
-# BUDGET skipped: SECTIONS='targets_compiled breakdown components'). Where the Triton kernels fail
+# BUDGET skipped: SECTIONS='train_vit5-?_b4* components'). Where the Triton kernels fail
 # on this GPU (they have run only under the interpreter before), that is said and the rest is
 # measured on the PyTorch path (MMVIT5_TRITON=0) rather than lost.
 set -uo pipefail
@@ -131,24 +131,27 @@ opts=(model.backbone.init_cfg=None train_dataloader.num_workers=4 train_cfg.max_
 for split in train val test; do
   opts+=("${split}_dataloader.dataset.metainfo.classes=(rectangle,ellipse,triangle)")
 done
-for run in vit5-b:configs/vit5_maskrcnn_coco.py vit5-l:configs/vit5-l_maskrcnn_coco.py; do
-  arch=${run%%:*} config=${run#*:}
-  for batch in 2 4; do
-    name="train_${arch}_b$batch"
-    section "$name" 45 "$PY" tools/train.py "$config" --amp --work-dir "$out/$name" \
-      --cfg-options "${opts[@]}" train_dataloader.batch_size="$batch"
-    section "${name}_loop" 30 "${bench[@]}" --target-rounds 4 --batch "$batch" --full-size 1024 \
-      --train-log "$out/$name.txt:$config:$arch" --json "$out/$name.json"
-    grep -hE "^\| $arch" "$out/${name}_loop.txt" | tee -a "$out/summary.txt"
-  done
-done
+# train_run ARCH CONFIG BATCH: tools/train.py, then its loop against the model-only step
+train_run() {
+  local name="train_$1_b$3"
+  section "$name" 45 "$PY" tools/train.py "$2" --amp --work-dir "$out/$name" \
+    --cfg-options "${opts[@]}" train_dataloader.batch_size="$3"
+  section "${name}_loop" 30 "${bench[@]}" --target-rounds 4 --batch "$3" --full-size 1024 \
+    --train-log "$out/$name.txt:$2:$1" --json "$out/$name.json"
+  grep -hE "^\| $1" "$out/${name}_loop.txt" 2>/dev/null | tee -a "$out/summary.txt"
+}
 
-section targets_compiled 100 "${bench[@]}" --targets 1024 --target-compile --target-rounds 6 \
+# whether compiling pays decides the recipes' default (issue 22, point 3)
+section targets_compiled 80 "${bench[@]}" --targets 1024 --target-compile --target-rounds 6 \
   --json "$out/targets_compiled.json" --plot "$out/targets_compiled.png"
-grep -h 'torch.compile' "$out/targets_compiled.txt" | tee -a "$out/summary.txt"
+grep -h 'torch.compile' "$out/targets_compiled.txt" 2>/dev/null | tee -a "$out/summary.txt"
+train_run vit5-b configs/vit5_maskrcnn_coco.py 2
 section breakdown 40 "${bench[@]}" --breakdown 1024 --json "$out/breakdown.json"
 grep -hE '^\| \*\*sum|\*\*total|^\| (vit5|timm)' "$out/breakdown.txt" 2>/dev/null \
   | tee -a "$out/summary.txt"
+train_run vit5-l configs/vit5-l_maskrcnn_coco.py 2
+train_run vit5-b configs/vit5_maskrcnn_coco.py 4
+train_run vit5-l configs/vit5-l_maskrcnn_coco.py 4
 section components 50 "$PY" tools/benchmark.py --components --sizes 1024 \
   --component-train-sizes 1024 --component-rounds 2 --dtype bfloat16 \
   --json "$out/components.json" --plot "$out/components.png"
