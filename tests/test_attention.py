@@ -131,6 +131,28 @@ def test_flex_kernel_equals_the_masked_rule():
         model(x)
 
 
+@pytest.mark.slow  # torch.compile on CPU
+def test_compiled_blocks_get_the_block_mask_built():
+    """compile_blocks with flex windows: the block mask is built before the compiled blocks
+    run, so they compile once per kind (windowed, global) and never build it in a graph; the
+    result is the eager SDPA path's."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = build(window_size=3, global_attn_indices=(1, ), attn_impl='flex',
+                  compile_blocks=True).eval()
+    ref = build(window_size=3, global_attn_indices=(1, )).eval()
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(1, 3, 80, 112)
+    with torch.no_grad():
+        for _ in range(3):
+            out = model(x)[0]
+        torch.testing.assert_close(out, ref(x)[0], atol=2e-5, rtol=1e-4)
+    assert counters['frames']['ok'] == 2, dict(counters['frames'])
+
+
 def test_backbone_window_layout_and_explicit_path():
     model = ViT5(arch=dict(embed_dim=DIM, depth=8, num_heads=HEADS), img_size=64,
                  window_size=3).eval()

@@ -525,6 +525,11 @@ class ViT5(BaseModule):
         # with windows, the blocks run in window-major order (layers/windows.py), and the
         # outputs go back to raster order
         windows = self.token_order(grid, x.device, num_registers)
+        if windows is not None and execution_mode() is ExecutionMode.EAGER and any(
+                b.attn.window_kernel(x) == 'flex' for b in self.blocks):
+            # built here: a block compiled on its own (compile_blocks) would trace building
+            # it on its first call, and recompile once it is cached
+            windows.block_mask()
         rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows)
         x = permute_tokens(x, None if windows is None else windows.order)
         outs = {}

@@ -88,6 +88,14 @@ class Attention(nn.Module):
                                windows)
         return scaled_linear(x.reshape(B, T, C), self.proj, out_scale)
 
+    def window_kernel(self, x: torch.Tensor) -> Optional[str]:
+        """``'flex'`` or ``'sdpa'``: what windowed attention runs on tensors like ``x``; None
+        for a global block."""
+        if not self.window_size:
+            return None
+        # 'math' batches windows like 'sdpa', with the explicit formula in ``attend``
+        return resolve_window_kernel('sdpa' if self.attn_impl == 'math' else self.attn_impl, x)
+
     def qkv_attention(self, qkv: torch.Tensor, rope: Optional[torch.Tensor],
                       windows: Optional[WindowLayout] = None) -> torch.Tensor:
         """QK-Norm, RoPE and attention of the ``qkv`` output viewed (B, T, 3, heads, D)
@@ -96,11 +104,7 @@ class Attention(nn.Module):
         q, k and v stay (B, T, heads, D) in memory, as timm's: attention then writes its
         output in that layout too, and (B, T, C) for ``proj`` is a view, not a copy.
         """
-        kernel = None
-        if self.window_size:
-            # 'math' batches windows like 'sdpa', with the explicit formula in ``attend``
-            kernel = resolve_window_kernel('sdpa' if self.attn_impl == 'math' else
-                                           self.attn_impl, qkv)
+        kernel = self.window_kernel(qkv)
         # no hooks in compiled graphs, which they would break, nor around the compiled
         # flex_attention, whose graph keeps what it chooses
         recompute = eager_training() and self.recompute_qk and kernel != 'flex'

@@ -149,6 +149,9 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     that materialises the scores); inside a compiled graph Inductor lowers it in place."""
     from torch.nn.attention.flex_attention import flex_attention
     if execution_mode() is ExecutionMode.COMPILING:
+        if q.device.type == 'cpu':  # Inductor's CPU flex template (torch 2.14) takes q's
+            # buffer for a 4-D one and fails on a view of the packed qkv
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         return flex_attention(q, k, v, block_mask=layout.block_mask()).transpose(1, 2)
     global _compiled_flex
     if _compiled_flex is None:
