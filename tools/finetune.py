@@ -37,8 +37,9 @@ REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     tasks = parser.add_subparsers(dest='task', required=True)
-    det = tasks.add_parser('det', help='COCO-format instances -> Mask R-CNN')
-    seg = tasks.add_parser('seg', help='images + PNG masks -> UperNet')
+    det = tasks.add_parser('det', help='COCO-format instances -> Mask R-CNN, Cascade or '
+                           'instance Mask2Former')
+    seg = tasks.add_parser('seg', help='images + PNG masks -> UperNet or Mask2Former')
     for task, sub in (('det', det), ('seg', seg)):
         sub.add_argument('data_root', help='the dataset folder; paths below are relative to it')
         sub.add_argument('--config', default=osp.join(REPO, DEFAULT_CONFIGS[task]),

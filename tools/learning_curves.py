@@ -18,29 +18,29 @@ import os.path as osp
 import subprocess
 import sys
 import time
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, NamedTuple
 
 from mmengine.config import Config
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, REPO)  # benchmarks/ beside tools/
-from benchmarks.results import machine, write_results  # noqa: E402
+from benchmarks.results import METRICS, machine, write_results  # noqa: E402
 
 
 class Run(NamedTuple):
     """A toy recipe and how the table shows it."""
     config: str
     title: str
-    metrics: Dict[str, Tuple[str, float]]  # logged key: (name in the table, scale to percent)
+    metrics: Dict[str, str]  # logged key: its name in the table
     chance: float  # in percent
 
 
 RUNS = {
     'maskrcnn': Run('configs/toy/vit5-tiny_maskrcnn_shapes.py',
                     'Mask R-CNN, ViT-5 4x96 + simple pyramid (LN2d)',
-                    {'coco/bbox_mAP': ('bbox mAP', 100), 'coco/segm_mAP': ('segm mAP', 100)}, 0),
+                    {'coco/bbox_mAP': 'bbox mAP', 'coco/segm_mAP': 'segm mAP'}, 0),
     'upernet': Run('configs/toy/vit5-tiny_upernet_shapes.py', 'UperNet, ViT-5 4x96',
-                   {'mIoU': ('mIoU', 1)}, 25),
+                   {'mIoU': 'mIoU'}, 25),
 }
 
 
@@ -58,6 +58,11 @@ def val_records(work_dir: str, keys) -> list:
     return [(r['step'], {k: r[k] for k in keys}) for r in records if keys[0] in r]
 
 
+def percent(key: str) -> float:
+    """The factor from ``key``'s logged value to percent (mmdet logs AP as a fraction)."""
+    return next(scale for keys, scale in METRICS if key in keys)
+
+
 def curve(name: str, work_dir: str, iters: int) -> dict:
     """One model's row of the results file: its metrics in percent at every validation."""
     spec = RUNS[name]
@@ -65,8 +70,8 @@ def curve(name: str, work_dir: str, iters: int) -> dict:
     records = val_records(work_dir, list(spec.metrics))
     return dict(model=spec.title, iters=iters, batch=loader.batch_size, chance=spec.chance,
                 steps=[step for step, _ in records],
-                metrics={label: [round(found[key] * scale, 1) for _, found in records]
-                         for key, (label, scale) in spec.metrics.items()})
+                metrics={label: [round(found[key] * percent(key), 1) for _, found in records]
+                         for key, label in spec.metrics.items()})
 
 
 def main() -> None:
