@@ -138,6 +138,24 @@ def problems(repo: str, mmcv_ops: str, extras: Sequence[str]) -> list:
     return found
 
 
+# what a test run states first, so that a failure read later says which stack failed
+STACK = ('torch', 'torchvision', 'triton', 'mmcv', 'mmcv-lite', 'mmengine', 'mmdet', 'mmsegmentation',
+         'mmpretrain', 'onnxruntime', 'numpy')
+
+
+def stack_line() -> str:
+    """One line of the installed versions of :data:`STACK`, read from package metadata."""
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return 'none'
+    import platform
+    return ', '.join([f'python {platform.python_version()}'] +
+                     [f'{name} {version(name)}' for name in STACK
+                      if not (name.startswith('mmcv') and version(name) == 'none')])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--repo', default=os.path.dirname(os.path.dirname(
@@ -151,8 +169,13 @@ def main() -> int:
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument('--torch-only', action='store_true', help='check torch/torchvision only')
     scope.add_argument('--mmcv-only', action='store_true', help='check mmcv only')
+    scope.add_argument('--stack', action='store_true',
+                       help='print the installed versions of the stack and check nothing')
     parser.add_argument('--quiet', action='store_true', help='print nothing, exit status only')
     args = parser.parse_args()
+    if args.stack:
+        print(f'[check_env] stack: {stack_line()}')
+        return 0
     try:
         extras = parse_extras(args.extras)
     except ValueError as exc:

@@ -1,12 +1,41 @@
 #!/usr/bin/env bash
 # Install what is missing (a quick check when everything is there), then run the test suite.
 # Extra arguments go to pytest, e.g. `bash tools/run_tests.sh -k vit5`.
+#
+#   bash tools/run_tests.sh --fresh [pytest args]
+# runs the same in a throw-away virtualenv made from a clean clone of this checkout's HEAD
+# (commit first: what is not committed is not tested), as a newcomer's machine would:
+# nothing installed before but what FRESH_TORCH names: FRESH_TORCH=2.13.0 puts that torch
+# release (the build without a local tag: the CPU-only file of this machine's wheel cache has
+# no torchvision to go with it) and its torchvision there first, and the install keeps them;
+# unset, the install chooses. The clone and the virtualenv are removed afterwards unless
+# KEEP_FRESH=1.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
+
+if [ "${1:-}" = --fresh ]; then
+  shift
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/mmvit5-fresh.XXXXXX")
+  [ "${KEEP_FRESH:-0}" = 1 ] || trap 'rm -rf "$tmp"' EXIT
+  git clone -q "$here" "$tmp/mmvit5"
+  "$PY" -m venv "$tmp/venv"
+  if [ -n "${FRESH_TORCH:-}" ]; then
+    # torchvision 0.N+15 is made for torch 2.N; '===' refuses a local tag such as +cpu
+    vision=$(echo "$FRESH_TORCH" | awk -F. '{printf "0.%d.%s", $2 + 15, $3}')
+    "$tmp/venv/bin/python" -m pip install -q --disable-pip-version-check \
+      "torch===$FRESH_TORCH" "torchvision==$vision"
+  fi
+  echo "[run_tests] fresh: $(git -C "$tmp/mmvit5" log -1 --format='%h %s') in $tmp"
+  PATH="$tmp/venv/bin:$PATH" PYTHON="$tmp/venv/bin/python" \
+    bash "$tmp/mmvit5/tools/run_tests.sh" "$@"
+  exit $?
+fi
+
 bash "$here/tools/install.sh"
 bash "$here/tools/install_slurm.sh"  # the SLURM cluster tests skip without it
 cd "$here"
+"$PY" tools/check_env.py --stack
 set +e
 "$PY" -m pytest -ra "$@"
 status=$?
