@@ -139,8 +139,8 @@ def problems(repo: str, mmcv_ops: str, extras: Sequence[str]) -> list:
 
 
 # what a test run states first, so that a failure read later says which stack failed
-STACK = ('torch', 'torchvision', 'triton', 'mmcv', 'mmcv-lite', 'mmengine', 'mmdet', 'mmsegmentation',
-         'mmpretrain', 'onnxruntime', 'numpy')
+STACK = ('torch', 'torchvision', 'triton', 'mmcv', 'mmcv-lite', 'mmengine', 'mmdet',
+         'mmsegmentation', 'mmpretrain', 'onnxruntime', 'numpy')
 
 
 def stack_line() -> str:
