@@ -82,7 +82,7 @@ def observe_saved(observer: Callable[[torch.Tensor, bool], None]) -> Iterator[No
     the context), which also tells the tensors backward recomputes (``recomputed=True``).
     The tensors are kept as usual.
     """
-    from mmvit5.models.layers.qk_norm_rope import RecomputeSaved, _Recompute
+    from mmvit5.models.layers.recompute import RecomputeSaved, _Recompute
     pack_recomputed = RecomputeSaved._pack
 
     def pack_observed(self, tensor: torch.Tensor):

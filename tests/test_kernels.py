@@ -41,7 +41,8 @@ def unfused(qkv, q_norm, k_norm, rope, out_dtype):
 
 def fused(qkv, q_norm, k_norm, rope, out_dtype, triton: bool, monkeypatch):
     monkeypatch.setenv('MMVIT5_TRITON', '1' if triton else '0')
-    return qk_norm_rope(qkv, q_norm.weight, k_norm.weight, rope, EPS, out_dtype)
+    return qk_norm_rope(qkv, q_norm.weight, k_norm.weight, rope, EPS, out_dtype,
+                        triton_enabled(qkv))
 
 
 def values_and_grads(outs, qkv, q_norm, k_norm, seed: int = 1):

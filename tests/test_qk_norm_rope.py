@@ -1,4 +1,4 @@
-"""QK-Norm + RoPE as one training step, and the rotated q, k recomputed in backward instead of
+"""QK-Norm + RoPE as one op, and the rotated q, k recomputed in backward instead of
 kept: gradients equal the plain path, and a block keeps no more for backward than timm's."""
 import pytest
 import torch
@@ -7,9 +7,10 @@ import torch.nn as nn
 from benchmarks.breakdown import observe_saved, saved_activations
 from benchmarks.core import Setup
 from mmvit5.models import ViT5
-from mmvit5.models.layers import Attention, apply_rope
+from mmvit5.models.layers import apply_rope, make_plan
+from mmvit5.models.layers.kernels.qk_norm_rope_op import qk_norm_rope
 from mmvit5.models.layers.norm import RMSNorm
-from mmvit5.models.layers.qk_norm_rope import QKNormRoPE, RecomputeSaved
+from mmvit5.models.layers.recompute import RecomputeSaved
 
 CPU32 = Setup(torch.device('cpu'), torch.float32, 1, 0, 1)
 
@@ -19,46 +20,54 @@ def table(T: int, D: int, dtype=torch.float64) -> torch.Tensor:
     return torch.stack((angles.cos(), angles.sin()), -1)
 
 
-@pytest.mark.parametrize('layout', ['tokens-first', 'heads-first'])
-def test_qk_norm_rope_gradcheck_float64(layout):
+def test_qk_norm_rope_gradcheck_float64():
+    """The one PyTorch path of QK-Norm + RoPE (the fused op's), forward and backward."""
     torch.manual_seed(0)
     B, T, H, D = 2, 5, 3, 8
     rope = table(T, D)
-    if layout == 'tokens-first':  # (B, T, heads, D), a strided view as attention passes it
-        x = torch.randn(B, T, 3, H, D, dtype=torch.float64)[:, :, 1].requires_grad_()
-        rope = rope[:, None]
-    else:
-        x = torch.randn(B, H, T, D, dtype=torch.float64, requires_grad=True)
-    weight = (torch.rand(D, dtype=torch.float64) + 0.5).requires_grad_()
-    assert torch.autograd.gradcheck(lambda x, w: QKNormRoPE.apply(x, w, rope, 1e-6, None),
-                                    (x, weight))
+    qkv = torch.randn(B, T, 3, H, D, dtype=torch.float64, requires_grad=True)
+    weights = [(torch.rand(D, dtype=torch.float64) + 0.5).requires_grad_() for _ in range(2)]
+    assert torch.autograd.gradcheck(
+        lambda qkv, wq, wk: qk_norm_rope(qkv, wq, wk, rope, 1e-6)[:2], (qkv, *weights))
 
 
 def test_qk_norm_rope_equals_the_two_modules_in_value_and_gradient():
     torch.manual_seed(0)
-    norm = RMSNorm(64)
-    nn.init.uniform_(norm.weight, 0.5, 1.5)
-    x = torch.randn(2, 50, 12, 64, requires_grad=True)
-    rope = table(50, 64, torch.float32)[:, None]
-    fused = QKNormRoPE.apply(x, norm.weight, rope, norm.eps, None)
-    plain = apply_rope(norm(x), rope)
-    assert torch.equal(fused, plain)
-    grad = torch.randn_like(fused)
-    a = torch.autograd.grad(fused, (x, norm.weight), grad)
-    b = torch.autograd.grad(plain, (x, norm.weight), grad)
+    norms = [RMSNorm(64) for _ in range(2)]
+    for norm in norms:
+        nn.init.uniform_(norm.weight, 0.5, 1.5)
+    qkv = torch.randn(2, 50, 3, 12, 64, requires_grad=True)
+    rope = table(50, 64, torch.float32)
+    fused = qk_norm_rope(qkv, norms[0].weight, norms[1].weight, rope, 1e-6)[:2]
+    plain = [apply_rope(norm(qkv[:, :, i]), rope[:, None]).transpose(1, 2)
+             for i, norm in enumerate(norms)]
+    params = (qkv, norms[0].weight, norms[1].weight)
+    grad = [torch.randn_like(t) for t in plain]
+    for u, v in zip(fused, plain):
+        assert torch.equal(u, v)
+    a = torch.autograd.grad(fused, params, grad)
+    b = torch.autograd.grad(plain, params, grad)
     for u, v in zip(a, b):
         assert torch.allclose(u, v, rtol=1e-5, atol=1e-6)
 
 
-def grads(model: nn.Module, images: torch.Tensor, recompute: bool, autocast: bool = False):
-    for block in model.blocks:
-        block.attn.recompute_qk = recompute
+def grads(model: nn.Module, images: torch.Tensor, autocast: bool = False):
     model.zero_grad(set_to_none=True)
     with torch.autocast('cpu', torch.bfloat16, enabled=autocast):
         out = model(images)[0]
     out.float().square().mean().backward()
     return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
                           if p.grad is not None}
+
+
+def kept_twin(model: ViT5, **kwargs) -> ViT5:
+    """``model`` under torch checkpointing: its plan keeps the rotated q and k (checkpointing
+    recomputes whole blocks instead), the reference for the recomputing path."""
+    twin = ViT5(with_cp=True, cp_impl='torch', **kwargs).train()
+    twin.blocks = twin.blocks[:len(model.blocks)]
+    twin.out_indices = model.out_indices
+    twin.load_state_dict(model.state_dict())
+    return twin
 
 
 @pytest.mark.slow  # ViT5-B training steps
@@ -68,14 +77,14 @@ def test_vit5_b_training_path_equals_the_unfused_model_float32(kwargs):
     """ViT5-B size (width 768, 12 heads of 64, 4 registers), 224x224, float32: output and
     every parameter gradient of the fused/recomputing path against autograd of the modules."""
     torch.manual_seed(0)
-    model = ViT5(arch='base', img_size=224, out_indices=-1, out_type='featmap',
-                 **kwargs).train()
-    if kwargs:
+    kwargs = dict(arch='base', img_size=224, out_indices=-1, out_type='featmap', **kwargs)
+    model = ViT5(**kwargs).train()
+    if 'window_size' in kwargs:
         model.blocks = model.blocks[:3]
         model.out_indices = [2]
     images = torch.randn(1, 3, 224, 224)
-    out, fused = grads(model, images, recompute=True)
-    ref_out, plain = grads(model, images, recompute=False)
+    out, fused = grads(model, images)
+    ref_out, plain = grads(kept_twin(model, **kwargs), images)
     assert torch.equal(out, ref_out) and fused.keys() == plain.keys() and len(plain) > 30
     for name, grad in plain.items():
         assert torch.allclose(fused[name], grad, rtol=1e-5, atol=1e-7), name
@@ -83,10 +92,11 @@ def test_vit5_b_training_path_equals_the_unfused_model_float32(kwargs):
 
 def test_training_path_under_autocast_equals_the_unfused_model():
     torch.manual_seed(0)
-    model = ViT5(arch=dict(embed_dim=128, depth=2, num_heads=2), img_size=64).train()
+    kwargs = dict(arch=dict(embed_dim=128, depth=2, num_heads=2), img_size=64)
+    model = ViT5(**kwargs).train()
     images = torch.randn(2, 3, 64, 96)
-    out, fused = grads(model, images, recompute=True, autocast=True)
-    ref_out, plain = grads(model, images, recompute=False, autocast=True)
+    out, fused = grads(model, images, autocast=True)
+    ref_out, plain = grads(kept_twin(model, **kwargs), images, autocast=True)
     assert torch.equal(out, ref_out)
     for name, grad in plain.items():
         assert torch.allclose(fused[name], grad, rtol=1e-3, atol=1e-6), name
@@ -107,9 +117,11 @@ def test_block_keeps_no_more_for_backward_than_timm_vit_block(autocast):
     recomputed = [s for s in ours if s.recomputed]
     assert [s.op for s in recomputed] == ['scaled_dot_product_attention'] * 2  # rotated q, k
     # activations per token (ViT-5 has 4 registers more); left out: the 1/rms and mean
-    # statistics (last dim 1) and the RoPE table (last dim 2, one for all blocks)
+    # statistics (last dim 1; QK-Norm's (2, heads) per token) and the RoPE table (last dim
+    # 2, one for all blocks)
     def per_token(saved, tokens):
-        return sum(s.mib for s in saved if s.shape and s.shape[-1] > 2) / tokens
+        return sum(s.mib for s in saved
+                   if s.shape and s.shape[-1] > 2 and s.shape[-2:] != (2, 12)) / tokens
     assert per_token(ours, x5.shape[1]) <= per_token(timm, x.shape[1])
 
 
@@ -130,10 +142,11 @@ def test_attention_under_checkpointing_does_not_nest_hooks():
     for impl in ('torch', 'fairscale'):
         model = ViT5(arch=dict(embed_dim=64, depth=2, num_heads=2), img_size=64, with_cp=True,
                      cp_impl=impl).train()
-        assert not any(b.attn.recompute_qk for b in model.blocks)
-        model(torch.randn(1, 3, 64, 64))[0].sum().backward()
+        x = torch.randn(1, 3, 64, 64)
+        assert model.plan(x).checkpoint == impl and not model.plan(x).recompute_qk(None)
+        model(x)[0].sum().backward()
         assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
-    assert Attention(64, 2).recompute_qk
+    assert make_plan(torch.randn(1)).recompute_qk(None)
 
 
 def test_training_forward_traces_into_one_graph():

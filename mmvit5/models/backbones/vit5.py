@@ -7,7 +7,7 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 import copy
 import numbers
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -20,8 +20,8 @@ from torch.nn.init import trunc_normal_
 from ...checkpoint import extract_state_dict, read_checkpoint
 from ...utils.checks import check_number
 from ..layers.block import Block, PatchEmbed
-from ..layers.mode import ExecutionMode, execution_mode
 from ..layers.norm import token_norm
+from ..layers.plan import ATTN_IMPLS, CP_IMPLS, ExecutionMode, ExecutionPlan, make_plan
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, register_grid, rotations, sequence_angles
 from ..layers.windows import WindowLayout, permute_tokens, window_layout
@@ -29,7 +29,6 @@ from .vit5_weights import RELEASED_SWITCHES, adapt_state_dict
 
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
 DROP_PATH_SCHEDULES = ('uniform', 'linear')
-CP_IMPLS = ('fairscale', 'torch')
 
 
 @MODELS.register_module()
@@ -77,9 +76,10 @@ class ViT5(BaseModule):
         norm (str): Every norm of the backbone (blocks, QK-Norm, final): ``'rms'`` (RMSNorm,
             released) or ``'ln'`` (LayerNorm with bias, eps 1e-6).
         qkv_bias (bool): Bias in the attention's ``qkv``. Defaults to False, as released.
-        attn_impl (str): The attention kernel: ``'auto'`` (default: SDPA, and for windowed
-            blocks on CUDA a block-sparse ``flex_attention``), ``'sdpa'``, ``'flex'`` or
-            ``'math'`` (the explicit softmax formula); all compute the same function.
+        attn_impl (str): The attention kernel: ``'auto'`` (default) or ``'sdpa'`` (SDPA;
+            windows batched by size), ``'flex'`` (windowed blocks through a block-sparse
+            ``flex_attention``; unmeasured on a GPU) or ``'math'`` (the explicit softmax
+            formula); all compute the same function. :meth:`plan` says what a forward runs.
         window_size (int): 0 (default) for global attention in every block; else ViTDet-style
             windowed attention of this side (in patches, e.g. 14) in all blocks but
             ``global_attn_indices``. Rule for prefix tokens: see :class:`Attention`. The
@@ -159,7 +159,7 @@ class ViT5(BaseModule):
             rope_theta=rope_theta, reg_rope_theta=reg_rope_theta,
             drop_path_rate=drop_path_rate, drop_path_schedule=drop_path_schedule,
             layer_scale_init_value=layer_scale_init_value, window_size=window_size,
-            frozen_stages=frozen_stages, cp_impl=cp_impl)
+            frozen_stages=frozen_stages, cp_impl=cp_impl, attn_impl=attn_impl)
         self.embed_dim = embed_dim
         self.depth = depth
         self.patch_size = patch_size
@@ -206,16 +206,17 @@ class ViT5(BaseModule):
         self.blocks = nn.ModuleList([
             Block(dim=embed_dim, num_heads=num_heads, mlp_ratio=mlp_ratio, drop_path=rates[i],
                   layer_scale_init_value=layer_scale_init_value, qk_norm=qk_norm,
-                  qkv_bias=qkv_bias, norm_layer=norm_layer, attn_impl=attn_impl,
+                  qkv_bias=qkv_bias, norm=norm,
                   window_size=0 if i in self.global_attn_indices else window_size)
             for i in range(depth)
         ])
         self.with_cp = with_cp
         self.cp_impl = cp_impl
+        self.attn_impl = attn_impl
+        self.compile_blocks = compile_blocks
+        self._plans_logged: Set[ExecutionPlan] = set()
         if with_cp and cp_impl == 'fairscale':
             self._wrap_checkpointing()
-        for block in self.blocks:  # checkpointing recomputes every activation already
-            block.attn.recompute_qk = not with_cp
         if compile_blocks:
             if with_cp and cp_impl == 'fairscale':
                 raise ValueError("compile_blocks=True cannot compile fairscale's checkpoint "
@@ -249,7 +250,7 @@ class ViT5(BaseModule):
                       num_registers: int, out_type: str, rope_mode: str, rope_theta: float,
                       reg_rope_theta: float, drop_path_rate: float, drop_path_schedule: str,
                       layer_scale_init_value: Optional[float], window_size: int,
-                      frozen_stages: int, cp_impl: str) -> None:
+                      frozen_stages: int, cp_impl: str, attn_impl: str) -> None:
         """Raise ``ValueError`` on any argument out of range, before a layer is built."""
         arch = 'set arch to a preset or fix the arch dict'
         check_number('embed_dim', embed_dim, low=1, integer=True, hint=arch)
@@ -291,7 +292,8 @@ class ViT5(BaseModule):
         for name, value, allowed in (('out_type', out_type, OUT_TYPES),
                                      ('rope_mode', rope_mode, ROPE_MODES),
                                      ('drop_path_schedule', drop_path_schedule,
-                                      DROP_PATH_SCHEDULES), ('cp_impl', cp_impl, CP_IMPLS)):
+                                      DROP_PATH_SCHEDULES), ('cp_impl', cp_impl, CP_IMPLS),
+                                     ('attn_impl', attn_impl, ATTN_IMPLS)):
             if value not in allowed:
                 raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
 
@@ -344,13 +346,27 @@ class ViT5(BaseModule):
             new._wrap_checkpointing()
         return new
 
+    def plan(self, x: torch.Tensor) -> ExecutionPlan:
+        """How a forward over ``x`` runs now (device, autocast, Triton or PyTorch, attention
+        and window kernels, checkpointing, compiled blocks): decided here once per forward
+        and handed to every block. ``print(model.plan(x))`` shows it; the model logs each
+        plan the first time it runs it."""
+        checkpoint = None
+        # fairscale's wrapper checkpoints in eval mode too; torch's is applied in training
+        if self.with_cp and (self.cp_impl == 'fairscale' or self.training):
+            checkpoint = self.cp_impl
+        plan = make_plan(x, self.attn_impl, checkpoint, self.compile_blocks)
+        if plan.mode is ExecutionMode.EAGER and plan not in self._plans_logged:
+            self._plans_logged.add(plan)
+            print_log(f'ViT5 execution plan: {plan}', logger='current')
+        return plan
+
     def _run_block(self, block: Block, x: torch.Tensor, rope: torch.Tensor,
-                   windows: Optional[WindowLayout]) -> torch.Tensor:
-        if self.with_cp and self.cp_impl == 'torch' and self.training and \
-                torch.is_grad_enabled():
-            return torch.utils.checkpoint.checkpoint(block, x, rope, windows,
+                   windows: Optional[WindowLayout], plan: ExecutionPlan) -> torch.Tensor:
+        if plan.checkpoint == 'torch':
+            return torch.utils.checkpoint.checkpoint(block, x, rope, windows, plan,
                                                      use_reentrant=False)
-        return block(x, rope, windows)
+        return block(x, rope, windows, plan)
 
     # ----------------------------------------------------------------- weights
     def init_weights(self) -> None:
@@ -421,27 +437,24 @@ class ViT5(BaseModule):
 
     def rope_table(self, grid: Tuple[int, int], dtype: torch.dtype, device: torch.device,
                    num_registers: Optional[int] = None,
-                   windows: Optional[WindowLayout] = None) -> Optional[torch.Tensor]:
+                   windows: Optional[WindowLayout] = None,
+                   cache: bool = True) -> Optional[torch.Tensor]:
         """RoPE (cos, sin) table (T, head_dim // 2, 2) for ``[cls, patches, registers]`` on
-        ``grid`` (in the order of ``windows`` where given), cached; None when
-        ``use_rope=False``."""
+        ``grid`` (in the order of ``windows`` where given), cached unless ``cache=False``;
+        None when ``use_rope=False``."""
         if not self.use_rope:
             return None
         num_registers = self.num_registers if num_registers is None else num_registers
         key = (grid, dtype, device, self.rope_mode, num_registers,
                windows.window_size if windows is not None else 0)
-        # Graphs compute the table instead of looking it up: torch.export would pin a cached
-        # key's grid to the example input's, and torch.compile would guard on the cache's
-        # contents, so the step that fills it would recompile the whole model
-        traced = execution_mode() is not ExecutionMode.EAGER
-        table = None if traced else self._rope_cache.get(key)
+        table = self._rope_cache.get(key) if cache else None
         if table is None:
             with torch.no_grad():
                 angles = sequence_angles(self.rope, self.rope_reg, grid, num_registers,
                                          self.rope_mode).to(device)
                 table = permute_tokens(rotations(angles, dtype)[None],
                                        None if windows is None else windows.order)[0]
-            if traced:
+            if not cache:
                 return table
             if len(self._rope_cache) >= 16:  # multi-scale training meets many grids
                 self._rope_cache.pop(next(iter(self._rope_cache)))
@@ -524,19 +537,24 @@ class ViT5(BaseModule):
         """
         # with windows, the blocks run in window-major order (layers/windows.py), and the
         # outputs go back to raster order
+        plan = self.plan(x)
         windows = self.token_order(grid, x.device, num_registers)
-        if windows is not None and execution_mode() is ExecutionMode.EAGER and any(
-                b.attn.window_kernel(x) == 'flex' for b in self.blocks):
+        eager = plan.mode is ExecutionMode.EAGER  # this code, whether or not blocks compile
+        if windows is not None and eager and plan.window_kernel == 'flex':
             # built here: a block compiled on its own (compile_blocks) would trace building
             # it on its first call, and recompile once it is cached
             windows.block_mask()
-        rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows)
+        # Graphs compute the table instead of looking it up: torch.export would pin a cached
+        # key's grid to the example input's, and torch.compile would guard on the cache's
+        # contents, so the step that fills it would recompile the whole model
+        rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows,
+                               cache=eager)
         x = permute_tokens(x, None if windows is None else windows.order)
         outs = {}
         for i, block in enumerate(self.blocks[:max(indices) + 1]):
-            x = self._run_block(block, x, rope, windows)
-            if final_norm and i == self.depth - 1:
-                x = self.norm(x)
+            x = self._run_block(block, x, rope, windows, plan)
+            if final_norm and self.final_norm and i == self.depth - 1:
+                x = self.norm(x, plan)
             if i in indices:
                 outs[i] = permute_tokens(x, None if windows is None else windows.inverse)
         return outs

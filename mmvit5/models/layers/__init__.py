@@ -1,7 +1,8 @@
 from .attention import Attention
 from .block import Block, Mlp, PatchEmbed
 from .layer_scale import scaled_linear
-from .norm import TOKEN_NORMS, LayerNorm2d, RMSNorm, token_norm
+from .norm import TOKEN_NORMS, LayerNorm, LayerNorm2d, RMSNorm, token_norm
+from .plan import ExecutionPlan, make_plan
 from .pos_embed import resize_pos_embed
 from .rope import (
     RotaryEmbedding2D,
@@ -12,6 +13,7 @@ from .rope import (
     sequence_angles,
 )
 
-__all__ = ['Attention', 'Block', 'Mlp', 'PatchEmbed', 'LayerNorm2d', 'RMSNorm',
+__all__ = ['Attention', 'Block', 'ExecutionPlan', 'Mlp', 'PatchEmbed', 'LayerNorm',
+           'LayerNorm2d', 'RMSNorm', 'make_plan',
            'RotaryEmbedding2D', 'TOKEN_NORMS', 'apply_rope', 'axis_positions', 'register_grid',
            'resize_pos_embed', 'rotations', 'scaled_linear', 'sequence_angles', 'token_norm']

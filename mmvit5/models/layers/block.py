@@ -1,6 +1,6 @@
 """The transformer block of ViT-5 and its patch embedding: ``x + gamma * f(norm(x))`` with
 LayerScale folded into each branch's last linear layer."""
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -9,7 +9,8 @@ from torchvision.ops import StochasticDepth
 
 from .attention import Attention
 from .layer_scale import scaled_linear
-from .norm import RMSNorm
+from .norm import token_norm
+from .plan import ExecutionPlan, make_plan
 from .windows import WindowLayout
 
 
@@ -22,9 +23,10 @@ class Mlp(nn.Module):
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden_dim, dim)
 
-    def forward(self, x: torch.Tensor, out_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, out_scale: Optional[torch.Tensor] = None,
+                plan: Optional[ExecutionPlan] = None) -> torch.Tensor:
         """``out_scale`` (C, ): the block's LayerScale, folded into ``fc2``."""
-        return scaled_linear(self.act(self.fc1(x)), self.fc2, out_scale)
+        return scaled_linear(self.act(self.fc1(x)), self.fc2, out_scale, plan)
 
 
 class Block(nn.Module):
@@ -40,29 +42,25 @@ class Block(nn.Module):
             None builds the block without LayerScale (``x + f(norm(x))``).
         qk_norm (bool): QK-Norm in attention.
         qkv_bias (bool): Bias in the attention's ``qkv``.
-        norm_layer (Callable[[int], nn.Module]): The block's norms and QK-Norm.
-        attn_impl (str): The attention kernel (:data:`~.attention.ATTN_IMPLS`).
+        norm (str): The block's norms and QK-Norm, ``'rms'`` (ViT-5) or ``'ln'``.
         window_size (int): 0 for global attention, else windowed (see :class:`Attention`).
 
     Shape:
         - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin) or None, in the token
-          order of ``x``; windows: that order, for windowed blocks (:mod:`.windows`).
+          order of ``x``; windows: that order, for windowed blocks (:mod:`.windows`); plan:
+          how to run (:mod:`.plan`), made for ``x`` where None.
         - Output: (B, T, C).
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0,
                  drop_path: float = 0.0, layer_scale_init_value: Optional[float] = 1e-4,
-                 qk_norm: bool = True, qkv_bias: bool = False,
-                 norm_layer: Callable[[int], nn.Module] = RMSNorm, attn_impl: str = 'auto',
+                 qk_norm: bool = True, qkv_bias: bool = False, norm: str = 'rms',
                  window_size: int = 0) -> None:
         super().__init__()
-        self.norm1 = norm_layer(dim)
-        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, qkv_bias=qkv_bias,
-                              norm_layer=norm_layer, attn_impl=attn_impl, window_size=window_size)
-        self.norm2 = norm_layer(dim)
-        for norm in (self.norm1, self.norm2):  # each feeds a matmul (qkv, fc1)
-            if isinstance(norm, RMSNorm):
-                norm.autocast_output = True
+        self.norm1 = token_norm(norm)(dim)
+        self.attn = Attention(dim, num_heads, qk_norm=qk_norm, qkv_bias=qkv_bias, norm=norm,
+                              window_size=window_size)
+        self.norm2 = token_norm(norm)(dim)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
         if layer_scale_init_value is None:
             self.register_parameter('gamma_1', None)
@@ -73,9 +71,23 @@ class Block(nn.Module):
         self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
-                windows: Optional[WindowLayout] = None) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), rope, windows, self.gamma_1))
-        return x + self.drop_path(self.mlp(self.norm2(x), self.gamma_2))
+                windows: Optional[WindowLayout] = None,
+                plan: Optional[ExecutionPlan] = None) -> torch.Tensor:
+        plan = make_plan(x) if plan is None else plan
+        if plan.checkpoint == 'fairscale':
+            # fairscale's recompute enters CUDA fp16 autocast whatever the forward ran (bf16,
+            # or CPU autocast): re-enter the forward's, so recompute matches it
+            with plan.autocast_context():
+                return self._forward(x, rope, windows, plan)
+        return self._forward(x, rope, windows, plan)
+
+    def _forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
+                 windows: Optional[WindowLayout], plan: ExecutionPlan) -> torch.Tensor:
+        # each pre-norm feeds a matmul (qkv, fc1), which would cast to autocast's dtype
+        # anyway: the norm writes that dtype (one rounding, no cast kernels)
+        h = self.attn(self.norm1(x, plan, plan.autocast), rope, windows, self.gamma_1, plan)
+        x = x + self.drop_path(h)
+        return x + self.drop_path(self.mlp(self.norm2(x, plan, plan.autocast), self.gamma_2, plan))
 
 
 class PatchEmbed(nn.Module):

@@ -1,12 +1,12 @@
 """LayerScale folded into the linear layer that ends a residual branch."""
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kernels import HAS_TRITON, triton_enabled
-from .mode import ExecutionMode, eager_training, execution_mode
+from .kernels import HAS_TRITON, run_kernel
+from .plan import ExecutionPlan, make_plan
 
 if HAS_TRITON:
     from .kernels import layer_scale_triton
@@ -20,15 +20,31 @@ def _scaled_forward(x: torch.Tensor, linear: nn.Linear, scale: torch.Tensor,
     return linear(x) * scale
 
 
-def _fold(x: torch.Tensor, linear: nn.Linear, use_triton: bool) -> bool:
+def _fold(x: torch.Tensor, linear: nn.Linear, plan: ExecutionPlan) -> bool:
     """Whether the forward folds the scale into the weight and bias. Exports fold (one
-    matmul node). On the GPU path (``use_triton``) the output is scaled: one elementwise
+    matmul node). On the GPU path (``plan.triton``) the output is scaled: one elementwise
     kernel, where the fold launches two. Elsewhere the fold runs where the output
     (rows x out) is larger than the weight (in x out): the elementwise pass then runs over
     the smaller tensor."""
-    if execution_mode() is ExecutionMode.EXPORTING:
+    if plan.exporting:
         return True
-    return not use_triton and x.numel() // linear.in_features > linear.in_features
+    return not plan.triton and x.numel() // linear.in_features > linear.in_features
+
+
+def layer_scale_grads(outer: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+                      summed: Optional[torch.Tensor], bias: Optional[torch.Tensor]
+                      ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The PyTorch path of :func:`.kernels.layer_scale_triton.layer_scale_grads`, its
+    contract: d W, d scale (summed in float32) and d b (empty without ``bias``) from
+    ``outer = G^T x`` and ``summed = sum_rows(G)``."""
+    outer = outer.to(weight.dtype)
+    grad_s = torch.linalg.vecdot(outer.float(), weight.float())
+    grad_b = scale.new_empty(0)
+    if bias is not None:
+        summed = summed.to(bias.dtype)
+        grad_b = summed * scale
+        grad_s = grad_s + summed.float() * bias.float()
+    return outer * scale[:, None], grad_s.to(scale.dtype), grad_b
 
 
 class _ScaledLinear(torch.autograd.Function):
@@ -42,16 +58,13 @@ class _ScaledLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                scale: torch.Tensor, linear: nn.Linear) -> torch.Tensor:
-        ctx.use_triton = triton_enabled(x)
-        out = _scaled_forward(x, linear, scale, _fold(x, linear, ctx.use_triton))
+                scale: torch.Tensor, linear: nn.Linear, plan: ExecutionPlan) -> torch.Tensor:
+        ctx.use_triton = plan.triton
+        out = _scaled_forward(x, linear, scale, _fold(x, linear, plan))
         # the dtype the matmuls ran in (autocast's, if on): backward repeats them in it, and
         # x in that dtype is what autograd of F.linear would have kept
-        device = x.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else \
-            x.dtype
         ctx.x_dtype = x.dtype
-        ctx.save_for_backward(x.to(dtype), weight, bias, scale)
+        ctx.save_for_backward(x.to(plan.autocast or x.dtype), weight, bias, scale)
         return out
 
     @staticmethod
@@ -59,33 +72,31 @@ class _ScaledLinear(torch.autograd.Function):
         x, weight, bias, scale = ctx.saved_tensors
         need_x, need_w, need_b, need_s = ctx.needs_input_grad[:4]
         grad2 = grad.reshape(-1, grad.shape[-1]).to(x.dtype)
-        grad_x = grad_w = grad_b = grad_s = None
+        grad_x = None
         if need_x:  # through the scaled gradient or the scaled weight, whichever is smaller
             if grad2.numel() < weight.numel():
                 grad_x = (grad2 * scale.to(x.dtype)) @ weight.to(x.dtype)
             else:
                 grad_x = grad2 @ (weight * scale[:, None]).to(x.dtype)
             grad_x = grad_x.view(x.shape).to(ctx.x_dtype)
-        if ctx.use_triton and (need_w or need_b or need_s):  # one kernel makes all three
-            outer = grad2.t() @ x.reshape(-1, x.shape[-1])  # d(W * scale)
-            summed = None if bias is None else grad2.sum(0)  # d(b * scale)
-            grad_w, grad_s, grad_b = layer_scale_triton.layer_scale_grads(outer, weight, scale,
-                                                                          summed, bias)
-            grad_b = grad_b if need_b and bias is not None else None
-            return grad_x, grad_w if need_w else None, grad_b, grad_s if need_s else None, None
-        if need_w or need_s:
-            outer = (grad2.t() @ x.reshape(-1, x.shape[-1])).to(weight.dtype)  # d(W * scale)
-            grad_s = torch.linalg.vecdot(outer, weight) if need_s else None
-            grad_w = outer.mul_(scale[:, None]) if need_w else None
-        if bias is not None and (need_b or need_s):
-            summed = grad2.sum(0).to(bias.dtype)  # d(b * scale)
-            grad_b = summed * scale if need_b else None
-            grad_s = grad_s + summed * bias if need_s else None
-        return grad_x, grad_w, grad_b, grad_s, None
+        if not (need_w or need_b or need_s):
+            return grad_x, None, None, None, None, None
+        outer = grad2.t() @ x.reshape(-1, x.shape[-1])  # d(W * scale)
+        summed = None if bias is None else grad2.sum(0)  # d(b * scale)
+        args = (outer, weight, scale, summed, bias)
+        if ctx.use_triton:  # one kernel makes all three
+            grad_w, grad_s, grad_b = run_kernel('layer_scale_grads',
+                                                layer_scale_triton.layer_scale_grads,
+                                                layer_scale_grads, *args)
+        else:
+            grad_w, grad_s, grad_b = layer_scale_grads(*args)
+        return (grad_x, grad_w if need_w else None,
+                grad_b if need_b and bias is not None else None, grad_s if need_s else None,
+                None, None)
 
 
-def scaled_linear(x: torch.Tensor, linear: nn.Linear,
-                  scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+def scaled_linear(x: torch.Tensor, linear: nn.Linear, scale: Optional[torch.Tensor] = None,
+                  plan: Optional[ExecutionPlan] = None) -> torch.Tensor:
     """``scale * linear(x)``: LayerScale folded into the branch's output layer.
 
     Training (eager, gradients on) keeps only ``x`` for backward, as ``linear`` alone does
@@ -95,18 +106,21 @@ def scaled_linear(x: torch.Tensor, linear: nn.Linear,
     not), else scales the output: the elementwise pass runs over the smaller tensor. Where
     the fused kernels run (:func:`.kernels.triton_enabled`, CUDA by default) the output is
     scaled, one launch, and backward makes the gradients of weight, bias and scale in one
-    Triton kernel (:mod:`.kernels.layer_scale_triton`).
+    Triton kernel (:mod:`.kernels.layer_scale_triton`); d scale is summed in float32 on both
+    paths.
 
     Args:
         x (Tensor): (..., in_features).
         linear (nn.Linear): The branch's output layer (``attn.proj`` / ``mlp.fc2``).
         scale (Tensor, optional): (out_features, ) LayerScale gamma; None is ``linear(x)``.
+        plan (ExecutionPlan, optional): How to run; :func:`.plan.make_plan` of ``x`` if None.
 
     Returns:
         Tensor: (..., out_features).
     """
     if scale is None:
         return linear(x)
-    if eager_training():
-        return _ScaledLinear.apply(x, linear.weight, linear.bias, scale, linear)
-    return _scaled_forward(x, linear, scale, _fold(x, linear, triton_enabled(x)))
+    plan = make_plan(x) if plan is None else plan
+    if plan.autograd_functions:
+        return _ScaledLinear.apply(x, linear.weight, linear.bias, scale, linear, plan)
+    return _scaled_forward(x, linear, scale, _fold(x, linear, plan))

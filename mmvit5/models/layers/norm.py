@@ -1,5 +1,4 @@
 """Normalization layers: ViT-5's RMSNorm and the channels-first LayerNorm of ViTDet necks."""
-from functools import partial
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -7,33 +6,29 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.registry import MODELS
 
-from .kernels import triton_enabled
-from .mode import ExecutionMode, execution_mode
+from .kernels import HAS_TRITON, run_kernel
+from .plan import ExecutionPlan, compute_dtype, make_plan
 
-
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """float32 for half-precision and float32 inputs (as released), float64 stays float64."""
-    return torch.promote_types(x.dtype, torch.float32)
-
+if HAS_TRITON:
+    from .kernels import rms_norm_triton
 
 # ATen's one-pass RMSNorm (torch >= 2.9); older torch in the supported range takes the composite
 FUSED_RMS_NORM = hasattr(torch.ops.aten, '_fused_rms_norm')
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor,
-             eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float,
+             aten: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     """ViT-5's RMSNorm of ``x`` (..., dim) and its 1/rms (..., 1), without autograd state.
 
     Statistics in float32 (float64 stays float64), the normalised tensor rounded back to
-    ``x``'s dtype *before* the weight, as released.
+    ``x``'s dtype *before* the weight, as released. ``aten=False`` keeps to the composite
+    (the TorchScript ONNX exporter, mmdeploy's, has no symbolic for ATen's fused kernel).
     """
-    # the TorchScript ONNX exporter (mmdeploy's) has no symbolic for the fused kernel
-    if FUSED_RMS_NORM and x.dtype == weight.dtype == _compute_dtype(x) and \
-            execution_mode() is not ExecutionMode.EXPORTING:
+    if aten and FUSED_RMS_NORM and x.dtype == weight.dtype == compute_dtype(x.dtype):
         # no intermediate rounding to reproduce: ATen's one-pass kernel (half the time of
         # the composite on CPU) gives the same bits as the released formula
         return torch.ops.aten._fused_rms_norm(x, [x.shape[-1]], weight, eps)
-    xf = x.to(_compute_dtype(x))
+    xf = x.to(compute_dtype(x.dtype))
     rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return (xf * rstd).type_as(x) * weight, rstd
 
@@ -58,9 +53,21 @@ def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
     return grad_x.to(x.dtype), grad_weight
 
 
-def _triton_kernels():
-    from .kernels import rms_norm_triton  # it imports this module: not at import time
-    return rms_norm_triton
+def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float,
+                 out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The PyTorch path of :func:`.kernels.rms_norm_triton.rms_norm_fwd`, its contract: out
+    in ``out_dtype`` (None: as computed) and 1/rms (..., 1)."""
+    out, rstd = rms_norm(x, weight, eps)
+    return (out if out_dtype is None else out.to(out_dtype)), rstd
+
+
+def rms_norm_bwd(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
+                 weight: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The PyTorch path of :func:`.kernels.rms_norm_triton.rms_norm_bwd`, its contract: d(x)
+    and the weight gradient as one share (1, C) in the compute dtype."""
+    grad = grad.to(torch.promote_types(x.dtype, weight.dtype))
+    grad_x, grad_weight = rms_norm_backward(grad, x, rstd, weight)
+    return grad_x, grad_weight[None].to(rstd.dtype)
 
 
 class _RMSNormFunction(torch.autograd.Function):
@@ -68,21 +75,19 @@ class _RMSNormFunction(torch.autograd.Function):
 
     Autograd of the composite form also keeps the normalised tensor for the weight's gradient:
     one more (..., dim) activation per norm, four per ViT-5 block (two pre-norms, QK-Norm).
-    Recomputing it in backward costs one elementwise pass. Where the fused kernels run
-    (:func:`.kernels.triton_enabled`), forward and backward are one Triton kernel each
-    (:mod:`.kernels.rms_norm_triton`).
+    Recomputing it in backward costs one elementwise pass. Where the plan runs Triton, forward
+    and backward are one Triton kernel each (:mod:`.kernels.rms_norm_triton`).
     """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float,
-                out_dtype: Optional[torch.dtype]) -> torch.Tensor:
-        ctx.use_triton = triton_enabled(x) and execution_mode() is not ExecutionMode.EXPORTING
-        if ctx.use_triton:
-            x = x.contiguous()
-            out, rstd = _triton_kernels().rms_norm_fwd(x, weight, eps, out_dtype)
+                out_dtype: Optional[torch.dtype], use_triton: bool, aten: bool) -> torch.Tensor:
+        ctx.use_triton = use_triton
+        if use_triton:
+            out, rstd = run_kernel('rms_norm_fwd', rms_norm_triton.rms_norm_fwd, rms_norm_fwd,
+                                   x.contiguous(), weight, eps, out_dtype)
         else:
-            out, rstd = rms_norm(x, weight, eps)
-            ctx.out_dtype = out.dtype
+            out, rstd = rms_norm(x, weight, eps, aten)
             out = out if out_dtype is None else out.to(out_dtype)
         ctx.save_for_backward(x, rstd, weight)
         return out
@@ -91,11 +96,14 @@ class _RMSNormFunction(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         x, rstd, weight = ctx.saved_tensors
         if ctx.use_triton:
-            grad_x, shares = _triton_kernels().rms_norm_bwd(grad.contiguous(), x, rstd, weight)
+            grad_x, shares = run_kernel('rms_norm_bwd', rms_norm_triton.rms_norm_bwd,
+                                        rms_norm_bwd, grad.contiguous(), x.contiguous(), rstd,
+                                        weight)
             grad_weight = shares.sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
-            return grad_x, grad_weight, None, None
-        grad = grad.to(ctx.out_dtype)
-        return *rms_norm_backward(grad, x, rstd, weight, ctx.needs_input_grad[1]), None, None
+            return grad_x, grad_weight, None, None, None, None
+        grad = grad.to(torch.promote_types(x.dtype, weight.dtype))
+        return *rms_norm_backward(grad, x, rstd, weight, ctx.needs_input_grad[1]), \
+            None, None, None, None
 
 
 class RMSNorm(nn.Module):
@@ -108,31 +116,41 @@ class RMSNorm(nn.Module):
     Args:
         dim (int): Size of the normalised (last) dimension.
         eps (float): Added to the mean square. Defaults to 1e-6.
-        autocast_output (bool): Under autocast, return the output in autocast's dtype: for a
-            norm that feeds a matmul, which would cast it so anyway. The norm then writes it
-            in that dtype directly (one rounding, the same values), and the cast's launches
-            and passes, forward and backward, are gone. Defaults to False.
 
     Shape:
         - Input: (..., dim)
-        - Output: same shape; dtype is the promotion of the input dtype and the weight's
-          (autocast's with ``autocast_output`` under autocast).
+        - Output: same shape; dtype ``out_dtype`` where given, else the promotion of the
+          input dtype and the weight's.
     """
 
-    def __init__(self, dim: int, eps: float = 1e-6, autocast_output: bool = False) -> None:
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.eps = eps
-        self.autocast_output = autocast_output
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        device = x.device.type
-        out_dtype = torch.get_autocast_dtype(device) \
-            if self.autocast_output and torch.is_autocast_enabled(device) else None
-        return _RMSNormFunction.apply(x, self.weight, self.eps, out_dtype)
+    def forward(self, x: torch.Tensor, plan: Optional[ExecutionPlan] = None,
+                out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """``plan``: how to run (:func:`.plan.make_plan` of ``x`` where None); ``out_dtype``:
+        the dtype to write, for a norm whose output feeds a matmul under autocast (which
+        would cast it so anyway: one rounding, the same values, no cast kernels)."""
+        plan = make_plan(x) if plan is None else plan
+        return _RMSNormFunction.apply(x, self.weight, self.eps, out_dtype, plan.triton,
+                                      not plan.exporting)
 
     def extra_repr(self) -> str:
         return f'{self.weight.shape[0]}, eps={self.eps}'
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm (eps 1e-6, as ViT/DeiT) with :class:`RMSNorm`'s call signature."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__(dim, eps=eps)
+
+    def forward(self, x: torch.Tensor, plan: Optional[ExecutionPlan] = None,
+                out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        out = super().forward(x)
+        return out if out_dtype is None else out.to(out_dtype)
 
 
 @MODELS.register_module('LN2d')
@@ -155,7 +173,7 @@ class LayerNorm2d(nn.LayerNorm):
 
 
 # the token norms a ViT5 can be built with: ViT-5's RMSNorm, or the LayerNorm of ViT/DeiT
-TOKEN_NORMS = {'rms': RMSNorm, 'ln': partial(nn.LayerNorm, eps=1e-6)}
+TOKEN_NORMS = {'rms': RMSNorm, 'ln': LayerNorm}
 
 
 def token_norm(norm: str) -> Callable[[int], nn.Module]:

@@ -11,12 +11,11 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
-from .mode import eager
-
 ROPE_MODES = ('interpolate', 'extrapolate')
 
 
-def apply_rope(x: torch.Tensor, rope: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+def apply_rope(x: torch.Tensor, rope: torch.Tensor, inverse: bool = False,
+               complex_product: bool = False) -> torch.Tensor:
     """Rotate ``x`` (..., head_dim) by the table ``rope`` (..., head_dim // 2, 2) of (cos, sin)
     per channel pair (:func:`rotations`), broadcast over ``x``'s leading dimensions: (T, D / 2,
     2) for (..., T, D) tokens, (T, 1, D / 2, 2) for (B, T, heads, D). ``inverse`` rotates by
@@ -24,15 +23,16 @@ def apply_rope(x: torch.Tensor, rope: torch.Tensor, inverse: bool = False) -> to
 
     Channel pairs (0, 1), (2, 3), ... are one complex number each, so the released
     ``x * cos + rotate_half(x) * sin`` is the complex product ``(x0 + i x1) (cos + i sin)``:
-    eager, one complex multiply reads and writes ``x`` once instead of five elementwise passes.
-    Inductor generates no code for complex ops and ONNX has no complex type, so compiled and
-    exported graphs (torch.export, and the TorchScript ONNX exporter that mmdeploy drives) get
-    the same product in real arithmetic, which Inductor fuses into one kernel. Half-precision
+    ``complex_product=True`` (for eager callers) makes it one complex multiply that reads and
+    writes ``x`` once instead of five elementwise passes. Inductor generates no code for
+    complex ops and ONNX has no complex type, so compiled and exported graphs (torch.export,
+    and the TorchScript ONNX exporter that mmdeploy drives) take the default, the same product
+    in real arithmetic, which Inductor fuses into one kernel. Half-precision
     inputs rotate in float32 and are rounded back once. Tokens without a position (the class
     token) have cos 1 and sin 0, which leaves them bit-exact.
     """
     pairs = x.to(rope.dtype).unflatten(-1, (-1, 2))
-    if not eager():
+    if not complex_product:
         (x0, x1), (cos, sin) = pairs.unbind(-1), rope.unbind(-1)
         sin = -sin if inverse else sin
         out = torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1)

@@ -15,16 +15,18 @@ window 14: 16 windows of 196 patches, 8 of 112 and 1 of 64, 4,096 patches and no
 
 Two kernels compute that rule (:func:`window_attention`):
 
-- ``flex``: ``flex_attention`` with a block-sparse mask built once per layout: one fused kernel
-  that skips the blocks no window touches (the default on CUDA);
-- ``sdpa``: windows of equal size are batched, each batch one
-  ``F.scaled_dot_product_attention`` call without a mask (exported graphs and CPU).
+- ``sdpa`` (the default): windows of equal size are batched, each batch one
+  ``F.scaled_dot_product_attention`` call without a mask;
+- ``flex`` (``attn_impl='flex'``): ``flex_attention`` with a block-sparse mask built once per
+  layout, one fused kernel that skips the blocks no window touches. Its 128 x 128 blocks do
+  not fit the windows: at 1024x1024, window 14, it visits about 3.6x the score blocks the rule
+  needs (``python benchmarks/window_mask.py``), and it is unmeasured on a GPU.
 """
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .mode import ExecutionMode, execution_mode
+from .plan import ExecutionPlan
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -143,49 +145,42 @@ _compiled_flex = None
 
 
 def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          layout: WindowLayout) -> torch.Tensor:
+                          layout: WindowLayout, plan: ExecutionPlan) -> torch.Tensor:
     """The rule as one block-sparse ``flex_attention`` call: (B, heads, T, D) -> (B, T, heads,
     D). Eager callers get the compiled kernel (flex_attention's eager form is a reference
-    that materialises the scores); inside a compiled graph Inductor lowers it in place."""
+    that materialises the scores), compiled with dynamic shapes once a second size is met:
+    evaluation at any number of input sizes compiles it twice. Inside a compiled graph
+    Inductor lowers it in place."""
     from torch.nn.attention.flex_attention import flex_attention
-    if execution_mode() is ExecutionMode.COMPILING:
-        if q.device.type == 'cpu':  # Inductor's CPU flex template (torch 2.14) takes q's
+    if not plan.eager:
+        if plan.device == 'cpu':  # Inductor's CPU flex template (torch 2.14) takes q's
             # buffer for a 4-D one and fails on a view of the packed qkv
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         return flex_attention(q, k, v, block_mask=layout.block_mask()).transpose(1, 2)
     global _compiled_flex
     if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+        # dynamic=None: static for the first shape, then one dynamic graph for all others
+        # (dynamic=False compiled one graph per size and, at Dynamo's recompile limit, fell
+        # back to the eager reference)
+        _compiled_flex = torch.compile(flex_attention, dynamic=None)
     return _compiled_flex(q, k, v, block_mask=layout.block_mask()).transpose(1, 2)
 
 
-def resolve_window_kernel(kernel: str, x: torch.Tensor) -> str:
-    """``'flex'`` or ``'sdpa'`` for ``kernel`` (``'auto'``, ``'flex'`` or ``'sdpa'``) on the
-    device of ``x``: auto is flex on CUDA unless exporting (ONNX has no flex_attention)."""
-    if kernel == 'auto':
-        return 'flex' if x.is_cuda and execution_mode() is not ExecutionMode.EXPORTING \
-            else 'sdpa'
-    if kernel == 'flex' and x.device.type == 'cpu' and torch.is_grad_enabled():
-        raise ValueError("attn_impl='flex' cannot train on the CPU (flex_attention has no CPU "
-                         "backward); use attn_impl='auto' or 'sdpa' there")
-    return kernel
-
-
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: WindowLayout,
-                     attend: Attend, kernel: str) -> torch.Tensor:
+                     attend: Attend, plan: ExecutionPlan) -> torch.Tensor:
     """Windowed attention under the rule (module docstring) of window-major q, k, v.
 
     Args:
-        q, k, v (Tensor): (B, heads, T, D).
+        q, k, v (Tensor): (B, heads, T, D), one dtype.
         layout (WindowLayout): Their order.
         attend (Callable): Unmasked attention, for the ``sdpa`` kernel.
-        kernel (str): ``'flex'`` or ``'sdpa'`` (:func:`resolve_window_kernel`).
+        plan (ExecutionPlan): Its ``window_kernel`` picks ``'flex'`` or ``'sdpa'``.
 
     Returns:
         Tensor: (B, T, heads, D).
     """
-    if kernel == 'flex':
-        return flex_window_attention(q, k, v, layout)
+    if plan.window_kernel == 'flex':
+        return flex_window_attention(q, k, v, layout, plan)
     return grouped_window_attention(q, k, v, layout, attend)
 
 

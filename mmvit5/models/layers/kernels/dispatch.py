@@ -1,10 +1,18 @@
-"""Which path the fused kernels take: Triton on CUDA, PyTorch elsewhere, or as forced.
+"""Which path the fused kernels take: Triton on CUDA, PyTorch elsewhere, or as forced; and
+the PyTorch path when a Triton kernel fails.
 
 ``MMVIT5_TRITON=1`` forces the Triton kernels (on a CPU only under Triton's interpreter,
 ``TRITON_INTERPRET=1`` set before :mod:`mmvit5` is imported: that is how CI runs them);
 ``MMVIT5_TRITON=0`` forces the PyTorch path, also on CUDA (to compare or to bisect).
+
+A Triton kernel that cannot compile or launch (no C compiler or ``Python.h`` for Triton's
+launcher, an unsupported GPU, a driver error) does not end the run: :func:`run_kernel` warns
+once, naming the cause, and this process takes the PyTorch path from then on.
 """
+import contextlib
 import os
+import warnings
+from typing import Callable, Optional
 
 import torch
 
@@ -30,7 +38,7 @@ def triton_enabled(t: torch.Tensor) -> bool:
     if flag not in ('', '0', '1'):
         raise ValueError(f"MMVIT5_TRITON must be '1' (Triton kernels), '0' (PyTorch path) or "
                          f'unset (Triton on CUDA), got {flag!r}')
-    if flag == '0':
+    if flag == '0' or _failure is not None:
         return False
     if flag == '1':
         if not HAS_TRITON:
@@ -42,3 +50,47 @@ def triton_enabled(t: torch.Tensor) -> bool:
                                'importing mmvit5, or unset MMVIT5_TRITON')
         return True
     return HAS_TRITON and t.device.type == 'cuda'
+
+
+_failure: Optional[str] = None  # the first Triton failure of this process: PyTorch path since
+
+
+def triton_failure() -> Optional[str]:
+    """Why the Triton kernels were given up in this process, or None."""
+    return _failure
+
+
+def reset_triton_failure() -> None:
+    """Try the Triton kernels again (after fixing what made them fail)."""
+    global _failure
+    _failure = None
+
+
+def _device_guard(t: torch.Tensor):
+    # Triton launches on the current CUDA device: a model on cuda:1 needs it made current
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def run_kernel(name: str, kernel: Callable, fallback: Callable, *args):
+    """``kernel(*args)`` under the device guard of ``args[0]``; if it raises, one warning names
+    the cause, the process gives the Triton kernels up and ``fallback(*args)`` (the PyTorch
+    path, same contract) answers instead.
+
+    Args:
+        name (str): The op, for the warning.
+        kernel (Callable): The Triton op.
+        fallback (Callable): The PyTorch op taking and returning the same.
+    """
+    global _failure
+    with _device_guard(args[0]):
+        try:
+            return kernel(*args)
+        except Exception as e:  # compile, launcher build (C compiler, Python.h), launch
+            if _failure is None:
+                _failure = f'{name}: {type(e).__name__}: {e}'.splitlines()[0][:500]
+                warnings.warn(
+                    f'mmvit5: the Triton kernel {_failure} -- the PyTorch path runs from now on '
+                    'in this process (the same results, slower). Set MMVIT5_TRITON=0 to choose '
+                    'it up front; `python tools/check_env.py` checks what Triton needs (a C '
+                    'compiler and Python.h for its launcher).', RuntimeWarning, stacklevel=2)
+        return fallback(*args)

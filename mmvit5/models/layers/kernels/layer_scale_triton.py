@@ -24,7 +24,8 @@ def _layer_scale_grads_kernel(outer_ptr, w_ptr, scale_ptr, summed_ptr, b_ptr, dw
     o = tl.program_id(0) * BLOCK_O + tl.arange(0, BLOCK_O)
     o_ok = o < n_out
     scale = tl.load(scale_ptr + o, mask=o_ok, other=0.)
-    acc = tl.zeros((BLOCK_O, ), dtype=ds_ptr.dtype.element_ty)
+    # d scale sums n_in products: float32 whatever the parameters' dtype
+    acc = tl.zeros((BLOCK_O, ), dtype=tl.float32)
     row = o.to(tl.int64)[:, None] * n_in
     for start in range(0, n_in, BLOCK_I):
         i = start + tl.arange(0, BLOCK_I)
@@ -32,14 +33,14 @@ def _layer_scale_grads_kernel(outer_ptr, w_ptr, scale_ptr, summed_ptr, b_ptr, dw
         # A in the weight's dtype, as the PyTorch path casts it before use
         a = tl.load(outer_ptr + row + i[None, :], mask=mask, other=0.).to(dw_ptr.dtype.element_ty)
         w = tl.load(w_ptr + row + i[None, :], mask=mask, other=0.)
-        acc += tl.sum((a * w).to(acc.dtype), axis=1)
+        acc += tl.sum(a.to(tl.float32) * w.to(tl.float32), axis=1)
         tl.store(dw_ptr + row + i[None, :], a * scale[:, None], mask=mask)
     if HAS_BIAS:
         summed = tl.load(summed_ptr + o, mask=o_ok, other=0.).to(db_ptr.dtype.element_ty)
         bias = tl.load(b_ptr + o, mask=o_ok, other=0.)
         tl.store(db_ptr + o, summed * scale, mask=o_ok)
-        acc += (summed * bias).to(acc.dtype)
-    tl.store(ds_ptr + o, acc, mask=o_ok)
+        acc += summed.to(tl.float32) * bias.to(tl.float32)
+    tl.store(ds_ptr + o, acc.to(ds_ptr.dtype.element_ty), mask=o_ok)
 
 
 @triton_op('mmvit5::layer_scale_grads_triton', mutates_args=())

@@ -25,8 +25,9 @@ rounding to ``out_dtype`` at the end. The Triton kernels differ from the PyTorch
 the order of float32 sums and in ``rsqrt``'s last bit, which can flip a bfloat16 rounding of
 the normalised value now and then (tests/test_kernels.py bounds it).
 
-Where Triton is missing or the tensors are not on CUDA, the PyTorch path runs the same
-algorithm with the unfused functions (:mod:`..norm`, :mod:`..rope`). Both are registered
+Where the plan does not run Triton, or a Triton kernel fails (:func:`.dispatch.run_kernel`),
+the PyTorch path runs the same algorithm with the unfused functions (:mod:`..norm`,
+:mod:`..rope`); it is the model's one PyTorch implementation of QK-Norm + RoPE. Both are registered
 operators (``torch.library``), so compiled graphs keep each as one call: the Triton ones as
 ``triton_op``, whose kernels Inductor sees and schedules itself.
 """
@@ -35,9 +36,10 @@ from typing import Optional, Tuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..norm import _compute_dtype, rms_norm, rms_norm_backward
+from ..norm import rms_norm, rms_norm_backward
+from ..plan import compute_dtype
 from ..rope import apply_rope
-from .dispatch import HAS_TRITON, triton_enabled
+from .dispatch import HAS_TRITON, run_kernel
 
 if HAS_TRITON:
     from . import qk_norm_rope_triton
@@ -57,7 +59,7 @@ def qk_norm_rope_fwd(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.
     for i, weight in enumerate((q_weight, k_weight)):
         out, rstd = rms_norm(qkv[:, :, i], weight, eps)
         if rope is not None:
-            out = apply_rope(out, rope[:, None])
+            out = apply_rope(out, rope[:, None], complex_product=True)
         outs.append(out.to(out_dtype, memory_format=torch.contiguous_format))
         stats.append(rstd[..., 0])
     return outs[0], outs[1], torch.stack(stats, 2)
@@ -67,7 +69,7 @@ def qk_norm_rope_fwd(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.
 def _(qkv, q_weight, k_weight, rope, eps, out_dtype):
     B, T, _, H, D = qkv.shape
     q = qkv.new_empty((B, T, H, D), dtype=out_dtype)
-    return q, torch.empty_like(q), qkv.new_empty((B, T, 2, H), dtype=_compute_dtype(qkv))
+    return q, torch.empty_like(q), qkv.new_empty((B, T, 2, H), dtype=compute_dtype(qkv.dtype))
 
 
 @torch.library.custom_op('mmvit5::qk_norm_rope_bwd', mutates_args=())
@@ -88,7 +90,7 @@ def qk_norm_rope_bwd(qkv: torch.Tensor, rstd: torch.Tensor, q_weight: torch.Tens
         if grad.stride(-1) != 1:  # e.g. the expanded gradient of a sum: no complex view
             grad = grad.contiguous()
         if rope is not None:
-            grad = apply_rope(grad, rope[:, None], inverse=True)
+            grad = apply_rope(grad, rope[:, None], inverse=True, complex_product=True)
         grad_x, grad_weight = rms_norm_backward(grad, x, rstd[:, :, i, :, None], weight)
         grads.append(grad_x)
         weight_grads.append(grad_weight)
@@ -111,8 +113,12 @@ class _QKNormRoPE(torch.autograd.Function):
     def forward(ctx, qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                 rope: Optional[torch.Tensor], eps: float, out_dtype: torch.dtype,
                 use_triton: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        op = qk_norm_rope_triton.qk_norm_rope_fwd if use_triton else qk_norm_rope_fwd
-        q, k, rstd = op(qkv, q_weight, k_weight, rope, eps, out_dtype)
+        args = (qkv, q_weight, k_weight, rope, eps, out_dtype)
+        if use_triton:
+            q, k, rstd = run_kernel('qk_norm_rope_fwd', qk_norm_rope_triton.qk_norm_rope_fwd,
+                                    qk_norm_rope_fwd, *args)
+        else:
+            q, k, rstd = qk_norm_rope_fwd(*args)
         ctx.save_for_backward(qkv, rstd, q_weight, k_weight, rope)
         ctx.use_triton = use_triton
         ctx.set_materialize_grads(False)  # an unused output costs no zeros tensor
@@ -123,8 +129,12 @@ class _QKNormRoPE(torch.autograd.Function):
     def backward(ctx, dq: Optional[torch.Tensor], dk: Optional[torch.Tensor],
                  dv: Optional[torch.Tensor]):
         qkv, rstd, q_weight, k_weight, rope = ctx.saved_tensors
-        op = qk_norm_rope_triton.qk_norm_rope_bwd if ctx.use_triton else qk_norm_rope_bwd
-        dqkv, dw = op(qkv, rstd, q_weight, k_weight, rope, dq, dk, dv)
+        args = (qkv, rstd, q_weight, k_weight, rope, dq, dk, dv)
+        if ctx.use_triton:
+            dqkv, dw = run_kernel('qk_norm_rope_bwd', qk_norm_rope_triton.qk_norm_rope_bwd,
+                                  qk_norm_rope_bwd, *args)
+        else:
+            dqkv, dw = qk_norm_rope_bwd(*args)
         dw = dw.sum(1)  # the one reduction: per-program shares -> (2, D)
         return (dqkv, dw[0].to(q_weight.dtype), dw[1].to(k_weight.dtype), None, None, None,
                 None)
@@ -154,7 +164,7 @@ def _check(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
 
 def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                  rope: Optional[torch.Tensor], eps: float,
-                 out_dtype: Optional[torch.dtype] = None
+                 out_dtype: Optional[torch.dtype] = None, use_triton: bool = False
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """QK-Norm (RMSNorm over head_dim) and RoPE of the packed ``qkv``, in attention's layout.
 
@@ -169,6 +179,7 @@ def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tens
         out_dtype (torch.dtype | None): dtype of q and k: autocast's dtype where attention
             runs under autocast; None for the unfused modules' dtype (the promotion of
             ``qkv``'s and the weights').
+        use_triton (bool): The Triton kernels (the plan's ``triton``), else the PyTorch path.
 
     Returns:
         tuple[Tensor, Tensor, Tensor]: q, k (B, H, T, D), views of new (B, T, H, D)
@@ -179,5 +190,4 @@ def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tens
         out_dtype = _normed_dtype(qkv, q_weight)
     if rope is not None:
         rope = rope.contiguous()
-    return _QKNormRoPE.apply(qkv, q_weight, k_weight, rope, eps, out_dtype,
-                             triton_enabled(qkv))
+    return _QKNormRoPE.apply(qkv, q_weight, k_weight, rope, eps, out_dtype, use_triton)

@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from ..norm import _compute_dtype
+from ..plan import compute_dtype
 
 
 @triton.jit
@@ -185,7 +185,7 @@ def qk_norm_rope_fwd(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.
     B, T, _, H, D = qkv.shape
     q = qkv.new_empty((B, T, H, D), dtype=out_dtype)
     k = torch.empty_like(q)
-    rstd = qkv.new_empty((B, T, 2, H), dtype=_compute_dtype(qkv))
+    rstd = qkv.new_empty((B, T, 2, H), dtype=compute_dtype(qkv.dtype))
     rows = B * T * H
     block_m, block_d = _blocks(D)
     wrap_triton(_qk_norm_rope_fwd_kernel)[(triton.cdiv(rows, block_m), )](

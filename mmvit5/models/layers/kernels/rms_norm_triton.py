@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from ..norm import _compute_dtype
+from ..plan import compute_dtype
 from .qk_norm_rope_triton import _INTERPRET, _norm_rope_rows, _norm_rope_rows_backward
 
 # backward programs: each loops over its share of the rows and writes one weight-gradient
@@ -75,7 +75,7 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float,
     D = x.shape[-1]
     rows = x.numel() // D
     out = x.new_empty(x.shape, dtype=out_dtype or torch.promote_types(x.dtype, weight.dtype))
-    rstd = x.new_empty((*x.shape[:-1], 1), dtype=_compute_dtype(x))
+    rstd = x.new_empty((*x.shape[:-1], 1), dtype=compute_dtype(x.dtype))
     block_m, block_d = _blocks(D)
     wrap_triton(_rms_norm_fwd_kernel)[(triton.cdiv(rows, block_m), )](
         x, weight, out, rstd, rows, eps, D=D, BLOCK_M=block_m, BLOCK_D=block_d,

@@ -1,5 +1,4 @@
-"""QK-Norm and RoPE as one training step, and backward passes that recompute the rotated q, k
-instead of keeping them.
+"""Backward passes that recompute the normalised, rotated q and k instead of keeping them.
 
 Autograd of ``apply_rope(q_norm(q), rope)`` followed by attention keeps, per block, the input of
 QK-Norm (a view of the ``qkv`` output, which attention's ``v`` keeps alive anyway), 1/rms, and
@@ -9,12 +8,9 @@ rotated tensors are one elementwise pass away from what is kept anyway, so
 :class:`RecomputeSaved` keeps a recipe instead and recomputes them when backward unpacks them,
 whatever attention kernel saved them (flash, memory-efficient, cuDNN, math, CPU).
 """
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Tuple
 
 import torch
-
-from .norm import rms_norm, rms_norm_backward
-from .rope import apply_rope
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -71,47 +67,3 @@ class RecomputeSaved(torch.autograd.graph.saved_tensors_hooks):
             with torch.no_grad():
                 return packed.make()
         return packed
-
-
-def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, rope: torch.Tensor, eps: float,
-                 dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """``apply_rope(RMSNorm(x), rope)`` cast to ``dtype`` (None: as computed), no autograd.
-
-    The same kernels as the unfused modules, in the same order, so the values are theirs.
-    """
-    out = apply_rope(rms_norm(x, weight, eps)[0], rope)
-    return out if dtype is None else out.to(dtype)
-
-
-class QKNormRoPE(torch.autograd.Function):
-    """QK-Norm (RMSNorm over the head dimension) and RoPE in one step for training.
-
-    Keeps only its input (a view of the ``qkv`` output), 1/rms and the rotation table; the
-    backward pass rotates the gradient back (the inverse rotation is the transpose), then runs
-    RMSNorm's backward, recomputing the normalised tensor. ``dtype`` is the dtype attention
-    runs in (autocast's, or None), so the cast that autocast would make inside the attention
-    call happens here, and attention saves this function's output itself, which
-    :class:`RecomputeSaved` can then recompute.
-
-    Shape:
-        - x: (B, T, heads, head_dim) or (B, heads, T, head_dim); weight: (head_dim, )
-        - rope: (cos, sin) table broadcast to (..., head_dim // 2, 2) (see ``apply_rope``)
-        - output: like ``x``
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, rope: torch.Tensor, eps: float,
-                dtype: Optional[torch.dtype]) -> torch.Tensor:
-        normed, rstd = rms_norm(x, weight, eps)
-        ctx.normed_dtype = normed.dtype
-        ctx.save_for_backward(x, rstd, weight, rope)
-        out = apply_rope(normed, rope)
-        return out if dtype is None else out.to(dtype)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        x, rstd, weight, rope = ctx.saved_tensors
-        grad_normed = apply_rope(grad.to(ctx.normed_dtype), rope, inverse=True)
-        grad_x, grad_weight = rms_norm_backward(grad_normed, x, rstd, weight,
-                                                ctx.needs_input_grad[1])
-        return grad_x, grad_weight, None, None, None

@@ -1,0 +1,158 @@
+"""How a forward runs, decided once: the :class:`ExecutionPlan` that ViT5 hands to its layers.
+
+timm reads ``use_fused_attn()`` once and its layers follow it; here one call,
+:func:`make_plan`, reads everything that picks a code path (the device, autocast, the Triton
+switch, gradients, activation checkpointing, compiling or exporting) and the layers only
+follow the plan. A printed plan (``print(model.plan(x))``, and the log line ViT5 writes when
+its plan changes) says which path ran.
+
+Modes: eager runs take the custom autograd functions, saved-tensor hooks, caches and (where
+the plan says so) the Triton kernels; compiled graphs take plain tensor code that Inductor
+fuses; exported graphs (torch.export, the TorchScript ONNX exporter that mmdeploy drives) take
+operators that ONNX has and compute what eager code would look up in a cache.
+"""
+import contextlib
+import enum
+from typing import NamedTuple, Optional
+
+import torch
+
+from .kernels.dispatch import triton_enabled
+
+# the attention kernel: 'auto' (SDPA; windows batched by size), 'sdpa', 'flex' (windowed
+# blocks through flex_attention; global blocks stay SDPA) or 'math'
+# (the explicit softmax formula, kept to check the fused kernels)
+ATTN_IMPLS = ('auto', 'sdpa', 'flex', 'math')
+# activation checkpointing: fairscale's checkpoint_wrapper or torch.utils.checkpoint
+CP_IMPLS = ('fairscale', 'torch')
+
+
+class ExecutionMode(enum.Enum):
+    EAGER = 'eager'
+    COMPILING = 'compiling'
+    EXPORTING = 'exporting'
+
+
+def execution_mode() -> ExecutionMode:
+    """The mode of the code being run now (exporting wins: torch.export also compiles)."""
+    if torch.onnx.is_in_onnx_export() or torch.compiler.is_exporting():
+        return ExecutionMode.EXPORTING
+    if torch.compiler.is_compiling():
+        return ExecutionMode.COMPILING
+    return ExecutionMode.EAGER
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Where statistics are computed: float32 for half precision and float32 (as released),
+    float64 stays float64."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
+    """autocast's dtype on ``device_type`` where autocast is on there, else None."""
+    return torch.get_autocast_dtype(device_type) \
+        if torch.is_autocast_enabled(device_type) else None
+
+
+def window_kernel(attn_impl: str, mode: ExecutionMode) -> str:
+    """What windowed blocks run for ``attn_impl``: ``'flex'`` or ``'sdpa'`` (windows batched
+    by size, :func:`.windows.grouped_window_attention`).
+
+    SDPA unless flex is asked for: flex's block mask visits about 3.6x the score blocks the
+    rule needs at 1024x1024, window 14 (``benchmarks/window_mask.py``), and flex is unmeasured
+    on a GPU. Exported graphs take SDPA: ONNX has no flex_attention.
+    """
+    return 'flex' if attn_impl == 'flex' and mode is not ExecutionMode.EXPORTING else 'sdpa'
+
+
+class ExecutionPlan(NamedTuple):
+    """How one forward runs (:func:`make_plan`).
+
+    Attributes:
+        device (str): Device type of the input ('cuda', 'cpu', ...).
+        mode (ExecutionMode): Eager, compiling or exporting: the code that makes the plan
+            (with ``compile_blocks`` the blocks are compiled under an eager caller).
+        autocast (torch.dtype, optional): autocast's dtype on ``device``, None without.
+        triton (bool): The fused ops run their Triton kernels (else the PyTorch path).
+        window_kernel (str): What windowed blocks run, ``'flex'`` or ``'sdpa'``.
+        attend (str): Attention of a window or a global block, ``'sdpa'`` or ``'math'``.
+        grad (bool): Gradients are on.
+        checkpoint (str, optional): Activation checkpointing of the blocks this forward
+            (``'torch'`` | ``'fairscale'``), None without.
+        compile_blocks (bool): The blocks run as compiled graphs.
+    """
+    device: str
+    mode: ExecutionMode
+    autocast: Optional[torch.dtype]
+    triton: bool
+    window_kernel: str
+    attend: str
+    grad: bool
+    checkpoint: Optional[str]
+    compile_blocks: bool
+
+    @property
+    def eager(self) -> bool:
+        """The blocks run eagerly (neither in a compiled or exported graph nor compiled on
+        their own): hooks, custom autograd functions and complex arithmetic are allowed."""
+        return self.mode is ExecutionMode.EAGER and not self.compile_blocks
+
+    @property
+    def exporting(self) -> bool:
+        return self.mode is ExecutionMode.EXPORTING
+
+    @property
+    def autograd_functions(self) -> bool:
+        """Eager with gradients on: where the memory-saving autograd functions pay."""
+        return self.eager and self.grad
+
+    def recompute_qk(self, kernel: Optional[str]) -> bool:
+        """Whether attention's saved q and k are recomputed in backward for a block whose
+        attention runs ``kernel`` (None: global). Not under checkpointing, which recomputes
+        everything, nor around the compiled flex_attention, whose graph keeps what it
+        chooses."""
+        return self.autograd_functions and self.checkpoint is None and kernel != 'flex'
+
+    def autocast_context(self):
+        """The autocast this plan was made under, to re-enter where it is lost (fairscale's
+        recompute enters CUDA fp16 autocast, whatever the forward ran)."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device, dtype=self.autocast)
+
+    def __str__(self) -> str:
+        dtype = 'float32 (no autocast)' if self.autocast is None else \
+            f'{str(self.autocast).replace("torch.", "")} autocast'
+        return (f'{self.device}, {self.mode.value}, {dtype}, '
+                f'fused ops: {"Triton" if self.triton else "PyTorch"}, '
+                f'attention: {self.attend}, windows: {self.window_kernel}, '
+                f'gradients: {"on" if self.grad else "off"}, '
+                f'checkpoint: {self.checkpoint or "off"}, '
+                f'compiled blocks: {"on" if self.compile_blocks else "off"}')
+
+
+def make_plan(x: torch.Tensor, attn_impl: str = 'auto', checkpoint: Optional[str] = None,
+              compile_blocks: bool = False) -> ExecutionPlan:
+    """The plan for a forward over ``x`` now: read the switches once.
+
+    Args:
+        x (Tensor): The input (its device decides the kernels).
+        attn_impl (str): One of :data:`ATTN_IMPLS`.
+        checkpoint (str, optional): The checkpoint implementation in force for this forward
+            (:data:`CP_IMPLS`), None for none.
+        compile_blocks (bool): Whether the blocks are compiled.
+    """
+    if attn_impl not in ATTN_IMPLS:
+        raise ValueError(f'attn_impl must be one of {ATTN_IMPLS}, got {attn_impl!r}')
+    mode = execution_mode()
+    grad = torch.is_grad_enabled()
+    device = x.device.type
+    kernel = window_kernel(attn_impl, mode)
+    if kernel == 'flex' and device == 'cpu' and grad:
+        raise ValueError("attn_impl='flex' cannot train on the CPU (flex_attention has no CPU "
+                         "backward); use attn_impl='auto' or 'sdpa' there, or torch.no_grad()")
+    return ExecutionPlan(
+        device=device, mode=mode, autocast=autocast_dtype(device),
+        triton=triton_enabled(x) and mode is not ExecutionMode.EXPORTING,
+        window_kernel=kernel, attend='math' if attn_impl == 'math' else 'sdpa', grad=grad,
+        checkpoint=checkpoint if grad else None, compile_blocks=compile_blocks)
