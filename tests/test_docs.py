@@ -89,6 +89,24 @@ def test_every_table_is_placed_and_says_where_and_when():
             body = text.split(begin_marker(name), 1)[1].split(end_marker(name), 1)[0]
             if name != 'results':  # that one has a commit, date, machine column per run
                 assert all(f'{key}: ' in body for key in ('machine', 'date', 'commit')), name
+                # a caption names a commit hash, never only "not recorded" (issue 31)
+                assert re.search(r'commit: [^;]*\b[0-9a-f]{7}\b', body), name
+
+
+def test_every_commit_a_caption_names_is_in_the_history():
+    """A caption's commit is one a reader can check out (a typo'd hash would pass the test
+    above); a shallow clone lacks the history, so the check needs a full one."""
+    if subprocess.run(['git', '-C', REPO, 'rev-parse', '--is-shallow-repository'],
+                      capture_output=True, text=True).stdout.strip() != 'false':
+        pytest.skip('not a full git clone: the named commits cannot be looked up')
+    named = {commit for page in PAGES for caption in re.findall(r'^\*Data: .*$', open(page).read(),
+                                                               re.MULTILINE)
+             for part in re.findall(r'commit:? [^;]*', caption)
+             for commit in re.findall(r'\b[0-9a-f]{7}\b', part)}
+    assert len(named) >= 5
+    missing = [c for c in sorted(named) if subprocess.run(
+        ['git', '-C', REPO, 'cat-file', '-e', f'{c}^{{commit}}'], capture_output=True).returncode]
+    assert not missing, f'captions name commits that are not in the history: {missing}'
 
 
 def test_make_tables_check_names_a_stale_file(tmp_path):
