@@ -75,6 +75,21 @@ def test_published_site_is_built_as_the_tests_build_it():
         assert '-r requirements/docs.txt' in f.read().splitlines()
 
 
+def test_navigation_follows_a_users_tasks():
+    """The sidebar lists pages in the order a user needs them (explicit toctrees, never a glob,
+    which sorts alphabetically): install before the guides, the reference last."""
+    with open(osp.join(REPO, 'docs', 'en', 'index.md')) as f:
+        text = f.read()
+    assert ':glob:' not in text
+    entries = [line for block in re.findall(r'```\{toctree\}\n(.*?)```', text, re.DOTALL)
+               for line in block.splitlines() if line and not line.startswith(':')]
+    tasks = ['get_started/install', 'get_started/quickstart', 'user_guides/train_test',
+             'user_guides/custom_dataset', 'user_guides/swap_backbone', 'user_guides/checkpoints',
+             'advanced/training_path', 'benchmarks/results', 'notes/faq', 'api']
+    assert [e for e in entries if e in tasks] == tasks
+    assert entries[-1] == 'api'
+
+
 def registered_by_mmvit5() -> dict:
     """``{registered name: class}`` of everything any mmvit5 module registers, in mmengine's
     root registries or their mmdet / mmseg / mmpretrain children."""
