@@ -1,7 +1,8 @@
 """Sphinx configuration of the mmvit5 docs (Markdown pages through myst-parser, as OpenMMLab).
 
 Build: ``sphinx-build -W -b html docs/en docs/en/_build/html`` (tests/test_docs.py does, with
-warnings as errors).
+warnings as errors; .readthedocs.yaml publishes it the same way). The landing page, index.md,
+includes the README's overview and configs table rather than copying them.
 """
 import os
 import sys
