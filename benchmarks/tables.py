@@ -3,7 +3,8 @@
 Every table sits between the comment lines :func:`benchmarks.results.begin_marker` and
 :func:`~benchmarks.results.end_marker` of its name in a Markdown file; :func:`render` makes its
 text from one results file, with a caption that says the machine, the date and the commit
-(from the file's own ``meta``, else ``results/provenance.json``, else "not recorded").
+(from the file's own ``meta``, else ``results/provenance.json``; a run that did not record its
+commit names the commit that first reported it, as an upper bound).
 ``tools/make_tables.py`` rewrites them (:func:`expected_text`); ``tests/test_docs.py`` checks
 that the committed files are what it would write.
 
@@ -54,6 +55,13 @@ def provenance(name: str, data: dict, results: str = RESULTS) -> Dict[str, str]:
     found['machine'] = found['machine'] or meta.get('device')
     for key in ('machine', 'date', 'commit'):
         found[key] = found[key] or NOT_RECORDED
+    if NOT_RECORDED in found['commit'] and found['reported_in']:
+        # The run predates write_results' commit field; the commit that first reported the
+        # numbers bounds the code that produced them (it ran on that tree or an earlier one).
+        found['commit'] = found['commit'].replace(
+            NOT_RECORDED, f'{found["reported_in"]} or earlier (the run did not record it; '
+                          f'{found["reported_in"]} first reported it)')
+        found['reported_in'] = None  # said once, in the commit
     return found
 
 

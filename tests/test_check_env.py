@@ -54,7 +54,7 @@ def test_plain_install_brings_no_tool_only_package(tmp_path):
     by_extra = {block.split(']')[0]: _names(block.split(']', 1)[1].split()) for block in extras}
     assert {'timm', 'fvcore', 'matplotlib'} <= by_extra['benchmark']
     assert {'onnx', 'onnxruntime', 'onnxscript'} <= by_extra['deploy']
-    assert {'sphinx', 'myst-parser'} <= by_extra['docs']
+    assert {'sphinx', 'myst-parser', 'sphinx-copybutton'} <= by_extra['docs']
     assert 'pytest' in by_extra['tests']
     assert by_extra['all'] == set().union(*(v for k, v in by_extra.items() if k != 'all'))
 

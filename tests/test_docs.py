@@ -1,18 +1,24 @@
 """The docs cannot rot: the site builds with warnings as errors, every ```python block of the
 README and of docs/en runs (a config snippet is built into its model), and every measured
-table is what tools/make_tables.py writes from results/."""
+table is what tools/make_tables.py writes from results/, with its commit; the API page lists
+every class mmvit5 registers."""
 import ast
 import glob
+import importlib
 import os
 import os.path as osp
+import pkgutil
 import re
 import subprocess
 import sys
 
 import pytest
+import yaml  # mmengine's dependency
+from mmengine import registry as root
 from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 
+import mmvit5
 from benchmarks.results import begin_marker, end_marker
 from conftest import REPO, run_tool, tool
 from mmvit5.utils import check_config
@@ -39,12 +45,81 @@ def is_config(code: str) -> bool:
                for node in ast.parse(code).body)
 
 
-def test_site_builds_without_warnings(tmp_path):
+@pytest.fixture(scope='module')
+def site(tmp_path_factory):
+    """The site, built once for the tests that read it: (sphinx's result, the html folder)."""
+    html = tmp_path_factory.mktemp('site') / 'html'
     result = subprocess.run([sys.executable, '-m', 'sphinx', '-W', '--keep-going', '-q', '-b',
-                             'html', osp.join(REPO, 'docs', 'en'), str(tmp_path / 'html')],
+                             'html', osp.join(REPO, 'docs', 'en'), str(html)],
                             capture_output=True, text=True, cwd=REPO)
+    return result, html
+
+
+def test_site_builds_without_warnings(site):
+    result, html = site
     assert result.returncode == 0, result.stderr[-5000:]
-    assert (tmp_path / 'html' / 'api.html').read_text().count('ViT5') > 10
+    assert (html / 'api.html').read_text().count('ViT5') > 10
+
+
+def test_published_site_is_built_as_the_tests_build_it():
+    """Read the Docs builds docs/en with warnings as errors, after an install that brings the
+    docs extra (and the stack autodoc imports)."""
+    with open(osp.join(REPO, '.readthedocs.yaml')) as f:
+        rtd = yaml.safe_load(f)
+    assert rtd['sphinx'] == dict(configuration='docs/en/conf.py', fail_on_warning=True)
+    assert osp.isfile(osp.join(REPO, rtd['sphinx']['configuration']))
+    assert any('tools/install.sh' in step for step in rtd['build']['jobs']['install'])
+    with open(osp.join(REPO, 'tools', 'install.sh')) as f:
+        assert '-r "$here/requirements.txt"' in f.read()
+    with open(osp.join(REPO, 'requirements.txt')) as f:
+        assert '-r requirements/docs.txt' in f.read().splitlines()
+
+
+def test_navigation_follows_a_users_tasks():
+    """The sidebar lists pages in the order a user needs them (explicit toctrees, never a glob,
+    which sorts alphabetically): install before the guides, the reference last."""
+    with open(osp.join(REPO, 'docs', 'en', 'index.md')) as f:
+        text = f.read()
+    assert ':glob:' not in text
+    entries = [line for block in re.findall(r'```\{toctree\}\n(.*?)```', text, re.DOTALL)
+               for line in block.splitlines() if line and not line.startswith(':')]
+    tasks = ['get_started/install', 'get_started/quickstart', 'user_guides/train_test',
+             'user_guides/custom_dataset', 'user_guides/swap_backbone', 'user_guides/checkpoints',
+             'advanced/training_path', 'benchmarks/results', 'notes/faq', 'api']
+    assert [e for e in entries if e in tasks] == tasks
+    assert entries[-1] == 'api'
+
+
+def registered_by_mmvit5() -> dict:
+    """``{registered name: class}`` of everything any mmvit5 module registers, in mmengine's
+    root registries or their mmdet / mmseg / mmpretrain children."""
+    for package in ('mmdet', 'mmseg', 'mmpretrain'):  # their child registries
+        importlib.import_module(f'{package}.registry')
+    for module in pkgutil.walk_packages(mmvit5.__path__, 'mmvit5.'):
+        if module.name != 'mmvit5.ops.ext':  # loaded as mmcv._ext; a copy would split its state
+            importlib.import_module(module.name)  # a module `import mmvit5` skips registers too
+    found, todo = {}, [r for r in vars(root).values() if isinstance(r, root.Registry)]
+    while todo:
+        registry = todo.pop()
+        todo.extend(registry.children.values())
+        found.update({f'{registry.scope}.{registry.name}: {name}': obj
+                      for name, obj in registry.module_dict.items()
+                      if getattr(obj, '__module__', '').startswith('mmvit5.')})
+    return found
+
+
+def test_api_reference_lists_every_registered_class(site):
+    """A config's ``type`` can be looked up on the API page, and its forward shows no
+    inherited nn.Module boilerplate."""
+    registered = registered_by_mmvit5()
+    assert {'ViT5', 'DPTDepthHead', 'StateDictConsistencyHook', 'WorldSizeChangeHook'} <= {
+        obj.__name__ for obj in registered.values()}
+    page = (site[1] / 'api.html').read_text()
+    missing = [f'{key} ({obj.__module__}.{obj.__qualname__})'
+               for key, obj in sorted(registered.items())
+               if not re.search(rf'id="mmvit5(\.\w+)*\.{obj.__qualname__}"', page)]
+    assert not missing, f'not in docs/en/api.rst: {missing}; add an autoclass for each'
+    assert 'Define the computation performed at every call' not in page
 
 
 @pytest.mark.parametrize('code', python_blocks())
@@ -89,6 +164,24 @@ def test_every_table_is_placed_and_says_where_and_when():
             body = text.split(begin_marker(name), 1)[1].split(end_marker(name), 1)[0]
             if name != 'results':  # that one has a commit, date, machine column per run
                 assert all(f'{key}: ' in body for key in ('machine', 'date', 'commit')), name
+                # a caption names a commit hash, never only "not recorded" (issue 31)
+                assert re.search(r'commit: [^;]*\b[0-9a-f]{7}\b', body), name
+
+
+def test_every_commit_the_docs_name_is_in_the_history():
+    """A commit named by a caption, the changelog or the text is one a reader can check out:
+    a typo'd hash would pass the test above. A shallow clone lacks the history, so this needs
+    a full one."""
+    if subprocess.run(['git', '-C', REPO, 'rev-parse', '--is-shallow-repository'],
+                      capture_output=True, text=True).stdout.strip() != 'false':
+        pytest.skip('not a full git clone: the named commits cannot be looked up')
+    # a short hash: 7 hex digits with a letter and a digit (no number or word looks like it)
+    short_hash = re.compile(r'\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7}\b')
+    named = {commit for page in PAGES for commit in short_hash.findall(open(page).read())}
+    assert len(named) >= 30  # the captions' and the changelog's
+    missing = [c for c in sorted(named) if subprocess.run(
+        ['git', '-C', REPO, 'cat-file', '-e', f'{c}^{{commit}}'], capture_output=True).returncode]
+    assert not missing, f'commits named in the docs that are not in the history: {missing}'
 
 
 def test_make_tables_check_names_a_stale_file(tmp_path):

@@ -23,7 +23,7 @@ IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'fairscale', 
 # what each extra of setup.py (requirements/<extra>.txt) must make importable
 EXTRA_IMPORTS = {'tests': ['pytest', 'panopticapi'], 'benchmark': ['timm', 'fvcore', 'matplotlib'],
                  'deploy': ['onnx', 'onnxruntime', 'onnxscript'],
-                 'docs': ['sphinx', 'myst_parser', 'sphinx_rtd_theme']}
+                 'docs': ['sphinx', 'myst_parser', 'sphinx_rtd_theme', 'sphinx_copybutton']}
 # without --extras: what a GPU image with the wheels of tools/make_wheels.sh has (no docs)
 DEFAULT_EXTRAS = 'tests,benchmark,deploy'
 INSTALL_TORCH = ('pip install torch==2.14.1 torchvision==0.29.1 (or the CUDA build of a torch '

@@ -29,11 +29,12 @@ class ViT5LayerDecayOptimizerConstructor(DefaultOptimWrapperConstructor):
     and the tokens/position embedding get no weight decay. The groups are logged once as a
     table (depth, lr scale, weight decay, parameter count).
 
-    ``paramwise_cfg`` keys:
-        layer_decay_rate (float): Decay per block in (0, 1], e.g. 0.7 (ViTDet-B) or 0.65
-            (BEiT-B); 1 switches decay off.
-        num_layers (int, optional): ``N``, the blocks the decay counts; defaults to the
-            backbone's. A larger value scales every backbone parameter down further.
+    The keys of ``paramwise_cfg``:
+
+    * ``layer_decay_rate`` (float): decay per block in (0, 1], e.g. 0.7 (ViTDet-B) or 0.65
+      (BEiT-B); 1 switches decay off.
+    * ``num_layers`` (int, optional): ``N``, the blocks the decay counts; defaults to the
+      backbone's. A larger value scales every backbone parameter down further.
 
     Example:
         >>> optim_wrapper = dict(
