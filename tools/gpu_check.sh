@@ -118,7 +118,7 @@ config_of() { [[ $1 == vit5-l ]] && echo configs/vit5-l_maskrcnn_coco.py \
 # install offline, mmvit5 from the checkout, the environment check, a CUDA device (exit 3)
 setup_env() {
   if [[ $DRY_RUN == 1 ]]; then
-    echo "install $WHEELS/*.whl offline, mmvit5 from $HERE, tools/check_env.py, CUDA present"
+    echo " install $WHEELS/*.whl offline, mmvit5 from $HERE, tools/check_env.py, CUDA present"
     return 0
   fi
   set -e
