@@ -152,7 +152,7 @@ print('python', sys.version.split()[0], 'mmvit5 from', mmvit5.__file__)"
 # alone is 1.3 GB for ViT5-B, 3.9 GB for ViT5-L
 train_section() {
   local config=$1 batch=$2 name=$3 data=$WORK/data/coco/
-  [[ -f $data/annotations/instances_val2017.json || $DRY_RUN == 1 ]] \
+  [[ -f ${data}annotations/instances_val2017.json || $DRY_RUN == 1 ]] \
     || "$PY" tools/make_toy_data.py "$WORK/data" --train 16 --val 2 --size 1024 > /dev/null
   local opts=(model.backbone.init_cfg=None train_dataloader.num_workers=4
               train_cfg.max_iters="$ITERS" train_cfg.val_interval=$((ITERS + 1))
@@ -160,8 +160,8 @@ train_section() {
               default_hooks.checkpoint.save_last=False train_dataloader.batch_size="$batch"
               train_dataloader.dataset.data_root="$data" val_dataloader.dataset.data_root="$data"
               test_dataloader.dataset.data_root="$data"
-              val_evaluator.ann_file="$data/annotations/instances_val2017.json"
-              test_evaluator.ann_file="$data/annotations/instances_val2017.json")
+              val_evaluator.ann_file="${data}annotations/instances_val2017.json"
+              test_evaluator.ann_file="${data}annotations/instances_val2017.json")
   local split
   for split in train val test; do
     opts+=("${split}_dataloader.dataset.metainfo.classes=(rectangle,ellipse,triangle)")
@@ -199,7 +199,7 @@ section() {
   if declare -F "${CMD[0]}" > /dev/null; then  # a function of this script: in a child bash
     CMD=(bash -c "$(declare -f setup_env train_section); \"\$@\"" "$name" "${CMD[@]}")
   fi
-  timeout -k 10 "$cap" "${CMD[@]}" 2>&1 | tee "$LOGS/$name.txt" | grep --line-buffered '^\[row\]'
+  timeout -k 5 "$cap" "${CMD[@]}" 2>&1 | tee "$LOGS/$name.txt" | grep --line-buffered '^\[row\]'
   rc=${PIPESTATUS[0]}
   RC[$name]=$rc
   say "$name: rc $rc after $((SECONDS - t0))s$( ((rc == 124 || rc == 137)) && echo ' (time cap)')"
@@ -208,10 +208,11 @@ section() {
 
 # the sections this call runs, as 'name cap' lines
 selected() {
-  local c name cap pattern
+  local c name cap pattern patterns
+  read -ra patterns <<< "${SECTIONS:-}"  # no glob expansion: the patterns match names
   while read -r c name cap; do
     if [[ -n ${SECTIONS:-} ]]; then
-      for pattern in $SECTIONS; do
+      for pattern in "${patterns[@]}"; do
         # shellcheck disable=SC2053
         [[ $name == $pattern ]] && echo "$name $cap" && break
       done
