@@ -371,8 +371,10 @@ def launches_table(counted: List[Launches]) -> str:
 
 
 def breakdown_report(sizes: Sequence[int], setup: Setup, rounds: int,
-                     device: Optional[str] = None) -> Tuple[str, dict]:
-    """Markdown of both tables per size, and the raw records."""
+                     device: Optional[str] = None,
+                     log: Optional[Callable[[dict], None]] = None) -> Tuple[str, dict]:
+    """Markdown of both tables per size, and the raw records; ``log`` gets each size's
+    records as soon as they are measured."""
     text, raw = [], {}
     for size in sizes:
         saved, times, counted = breakdown(size, setup, rounds)
@@ -383,4 +385,6 @@ def breakdown_report(sizes: Sequence[int], setup: Setup, rounds: int,
         raw[size] = dict(saved=[s._asdict() for s in saved],
                          times=[t._asdict() for t in times],
                          launches=[c._asdict() for c in counted])
+        if log:
+            log(dict(kind='Breakdown', size=size, **raw[size]))
     return '\n\n'.join(text), raw

@@ -99,7 +99,9 @@ def onnx_step(model: torch.nn.Module, directory: str, name: str,
 
 def component_times(name: str, components: Sequence[Component], sizes: Sequence[int],
                     train_sizes: Sequence[int], rounds: int, setup: Setup,
-                    build: Optional[Callable[..., nn.Module]] = None) -> List[ComponentTimes]:
+                    build: Optional[Callable[..., nn.Module]] = None,
+                    log: Optional[Callable[[ComponentTimes], None]] = None
+                    ) -> List[ComponentTimes]:
     """Time every variant of ``name`` at each size, per runtime (see the module docstring).
 
     Args:
@@ -113,6 +115,8 @@ def component_times(name: str, components: Sequence[Component], sizes: Sequence[
             or on CUDA with onnxruntime-gpu).
         build (Callable, optional): ``build(**switches)`` -> backbone; default ``name``'s
             preset with ``img_size=224``.
+        log (Callable, optional): Gets each size and runtime's times as soon as they are
+            measured (:class:`~benchmarks.rowlog.RowLog`).
 
     Returns:
         list[ComponentTimes]: One per size and runtime; a variant that could not be built or
@@ -156,4 +160,6 @@ def component_times(name: str, components: Sequence[Component], sizes: Sequence[
                     model.zero_grad(set_to_none=True)
                 free_memory(setup.device)
                 results.append(times)
+                if log:
+                    log(times)
     return results

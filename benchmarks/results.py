@@ -101,7 +101,13 @@ class Run:
 
 
 def git_commit(path: str) -> str:
-    """Short commit of the checkout holding ``path``, '+dirty' with uncommitted changes."""
+    """Short commit of the checkout holding ``path``, '+dirty' with uncommitted changes.
+
+    ``MMVIT5_COMMIT`` wins where set: a copy of the checkout without ``.git`` (a lent GPU
+    machine gets the working tree only) can still name what it measured.
+    """
+    if os.environ.get('MMVIT5_COMMIT'):
+        return os.environ['MMVIT5_COMMIT']
     def git(*args: str) -> str:
         return subprocess.run(['git', '-C', path, *args], capture_output=True, text=True,
                               check=True).stdout.strip()

@@ -141,10 +141,21 @@ def _fill(targets: List[Target], specs: List[TimedTarget],
             target.low, target.high = min(per_round), max(per_round)
 
 
-def timed_targets(size: int, rounds: int, setup: Setup, compiled: bool = False
-                  ) -> List[Target]:
+def timed_targets(size: int, rounds: int, setup: Setup, compiled: bool = False,
+                  log: Optional[Callable[[Target], None]] = None) -> List[Target]:
     """The latency and training-memory targets at one input size (module docstring), or with
-    ``compiled`` the torch.compile'd training pair alone (GPU time is scarce)."""
+    ``compiled`` the torch.compile'd training pair alone (GPU time is scarce).
+
+    ``log`` (e.g. a :class:`~benchmarks.rowlog.RowLog`) gets each target as soon as its mode
+    is timed, so a run stopped by a time cap keeps the modes it finished.
+    """
+    logged = set()
+
+    def log_once(done: List[Target]) -> None:
+        for target in done:
+            if log and id(target) not in logged:
+                logged.add(id(target))
+                log(target)
     label = f'{size}x{size}'
     specs = COMPILED_TARGETS if compiled else TIMED_TARGETS + (
         CUDA_TARGETS if setup.device.type == 'cuda' else [])
@@ -175,11 +186,15 @@ def timed_targets(size: int, rounds: int, setup: Setup, compiled: bool = False
         except Exception as exc:  # noqa: BLE001 - e.g. OOM; the other modes may still run
             for target, _ in chosen:
                 target.note = describe(exc)
+            log_once([t for t, _ in chosen])
             continue
+        log_once([t for t, _ in chosen])
         if mode == 'train':
             _memory_targets(memory, steps, models, x, setup)
+            log_once(memory)
     del models  # with the gradients of the train rounds
     free_memory(setup.device)
+    log_once(targets + memory)  # those no mode reached: a model that could not be built
     return targets + memory
 
 

@@ -14,9 +14,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_quick_benchmark_reports_rows_table_and_plot(tmp_path):
     rows_path, plot_path = tmp_path / 'rows.json', tmp_path / 'b.png'
+    log_path = tmp_path / 'results' / 'rows.jsonl'
+    log_path.parent.mkdir()
+    log_path.write_text('{"tag": "an earlier run"}\n')
     result = subprocess.run(
         [sys.executable, 'tools/benchmark.py', '--quick', '--peers', 'none', '--json',
-         str(rows_path), '--plot', str(plot_path), '--targets', '64', '--target-rounds', '2'],
+         str(rows_path), '--plot', str(plot_path), '--targets', '64', '--target-rounds', '2',
+         '--rows-log', str(log_path), '--rows-tag', 'quick'],
         cwd=REPO, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-4000:]
 
@@ -43,3 +47,17 @@ def test_quick_benchmark_reports_rows_table_and_plot(tmp_path):
     memory = [t for t in report['targets'] if 'peak memory / timm' in t['claim']]
     assert len(memory) == 1 and memory[0]['ratio'] > 0, report['targets']
     assert memory[0]['basis'].startswith('one step each, same run: ')
+
+    # --rows-log: every row and target appended as measured (after what was there), each
+    # printed too, so a run killed by a time cap keeps what it finished
+    from benchmarks.rowlog import read_rows
+    logged = read_rows(str(log_path))
+    assert logged[0] == {'tag': 'an earlier run'}
+    kinds = [line['kind'] for line in logged[1:]]
+    assert kinds.count('Row') == len(rows) and kinds.count('Target') == len(report['targets'])
+    assert {line['tag'] for line in logged[1:]} == {'quick'}
+    first_row = next(line for line in logged if line.get('kind') == 'Row')
+    assert first_row['img_s'] == rows[0]['img_s'] and first_row['dtype'] == 'float32'
+    assert all(isinstance(line['met'], bool) for line in logged if line.get('kind') == 'Target'
+               and line['low'] is not None)
+    assert result.stdout.count('[row] quick ') == len(logged) - 1

@@ -28,7 +28,8 @@ from benchmarks.peers import PEERS, VIT5_ARCHS, build_vit5, select_peers  # noqa
 from benchmarks.peers import unavailable_reason  # noqa: E402
 from benchmarks.report import (add_ratios, components_tables, markdown_table,  # noqa: E402
                                save_components_plot, save_plot)
-from benchmarks.results import write_results  # noqa: E402
+from benchmarks.results import git_commit, write_results  # noqa: E402
+from benchmarks.rowlog import RowLog  # noqa: E402
 from benchmarks.rows import bench_backbone, checkpointed_row, compiled_row  # noqa: E402
 from benchmarks.targets import (detector_targets, row_targets,  # noqa: E402
                                 targets_table, timed_targets)
@@ -106,7 +107,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--train-log', metavar='LOG:CONFIG:ARCH',
                         help='report a tools/train.py log (img/s, peak, backbone MFU) against '
                         'the model-only step of CONFIG (ViT5 ARCH, --batch, --full-size)')
-    parser.add_argument('--json', help='save the raw rows here')
+    parser.add_argument('--json', help='save the raw rows here (at the end of the run)')
+    parser.add_argument('--rows-log', metavar='JSONL',
+                        help='append each row, target or record to this JSON-lines file the '
+                        'moment it is measured (a run stopped by a time cap keeps what it '
+                        'finished; several runs may share the file)')
+    parser.add_argument('--rows-tag', default='',
+                        help='name of this run in each --rows-log line (e.g. a gpu_check '
+                        'section)')
     parser.add_argument('--plot', help='PNG of the run (default work_dirs/benchmark.png, '
                         'work_dirs/components.png with --components)')
     args = parser.parse_args(argv)
@@ -137,45 +145,51 @@ def sizes(spec: str) -> List[int]:
     return [] if spec in ('', 'none') else [int(side) for side in spec.split(',')]
 
 
-def run(args: argparse.Namespace, setup: Setup) -> List[Row]:
-    """Every row of the run, grouped by input size so peers sit next to each other."""
+def run(args: argparse.Namespace, setup: Setup, log: RowLog) -> List[Row]:
+    """Every row of the run, grouped by input size so peers sit next to each other; ``log``
+    gets each row as soon as it is measured."""
     peers = select_peers(args.peers)
     missing = {p: unavailable_reason(PEERS[p][0]) for p in peers}
-    rows = [Row(p, '-', '-', setup.batch, status='skipped', note=reason)
-            for p, reason in missing.items() if reason]
+    rows: List[Row] = []
+
+    def add(new: List[Row]) -> None:
+        rows.extend(new)
+        log.extend(new)
+
+    add([Row(p, '-', '-', setup.batch, status='skipped', note=reason)
+         for p, reason in missing.items() if reason])
     for size in sizes(args.sizes):
         for name in args.models.split(','):
             new, model, x = bench_backbone(name, lambda: build_vit5(name, size), size, setup)
-            rows += new
+            add(new)
             # the variants do the same useful work as the eager forward
             flops = new[0].gflops * 1e9 if new[0].gflops else None
             if model is not None and args.compile:
-                rows.append(compiled_row(name, model, x, new[0], flops, setup))
+                add([compiled_row(name, model, x, new[0], flops, setup)])
             if model is not None and args.with_cp:
-                rows.append(checkpointed_row(name, size, x, new[1], flops, setup))
+                add([checkpointed_row(name, size, x, new[1], flops, setup)])
             del model, x
             free_memory(setup.device)
             if args.window:
-                rows += bench_backbone(f'{name} win{args.window}', lambda: build_vit5(
-                    name, size, window_size=args.window), size, setup)[0]
+                add(bench_backbone(f'{name} win{args.window}', lambda: build_vit5(
+                    name, size, window_size=args.window), size, setup)[0])
                 free_memory(setup.device)
         for peer in (p for p in peers if not missing[p]):
-            rows += bench_backbone(peer, lambda: PEERS[peer][1](size), size, setup)[0]
+            add(bench_backbone(peer, lambda: PEERS[peer][1](size), size, setup)[0])
             free_memory(setup.device)
     if args.full_model:
         for config in args.full_configs.split(','):
-            rows += full_model_rows(config, args.full_size, args.full_batch, setup,
-                                    root=REPO)
+            add(full_model_rows(config, args.full_size, args.full_batch, setup, root=REPO))
     return rows
 
 
-def run_components(args: argparse.Namespace, setup: Setup, device: str) -> int:
+def run_components(args: argparse.Namespace, setup: Setup, device: str, log: RowLog) -> int:
     """The --components study: tables on stdout, bars in the plot, rows in --json."""
     components = select_components(args.components)
     results = [t for name in args.models.split(',')
                for t in component_times(name, components, sizes(args.sizes),
                                         sizes(args.component_train_sizes),
-                                        args.component_rounds, setup)]
+                                        args.component_rounds, setup, log=log)]
     import onnxruntime
     print(f'## ViT-5 component costs: {device}, {args.dtype} (ORT float32), batch {args.batch}, '
           f'img_size {PRETRAIN_SIZE}, median of {args.component_rounds} alternated rounds, '
@@ -191,19 +205,19 @@ def run_components(args: argparse.Namespace, setup: Setup, device: str) -> int:
     return int(any(t.note or len(t.latencies_ms) != len(components) for t in results))
 
 
-def run_breakdown(args: argparse.Namespace, setup: Setup, device: str) -> int:
+def run_breakdown(args: argparse.Namespace, setup: Setup, device: str, log: RowLog) -> int:
     """The --breakdown study: tables on stdout, records in --json."""
     mixed = ' (float32 weights, autocast)' if setup.dtype != torch.float32 else ''
     print(f'## One ViT5-B block against timm\'s ViT-B block, training: {device}, '
           f'{args.dtype}{mixed}, batch {args.batch}, torch {torch.__version__}\n')
-    text, raw = breakdown_report(sizes(args.breakdown), setup, args.target_rounds)
+    text, raw = breakdown_report(sizes(args.breakdown), setup, args.target_rounds, log=log)
     print(text)
     save_json(args, dict(device=device, dtype=args.dtype, threads=args.threads,
                          rounds=args.target_rounds), breakdown=raw)
     return 0
 
 
-def run_launches(args: argparse.Namespace, setup: Setup, device: str) -> int:
+def run_launches(args: argparse.Namespace, setup: Setup, device: str, log: RowLog) -> int:
     """--launches: one block's ops and kernels, forward + backward, against timm's."""
     fused = triton_enabled(torch.empty(0, device=setup.device))
     print(f"## Launches of one ViT5-B block against timm's ViT-B block, forward + backward: "
@@ -212,6 +226,7 @@ def run_launches(args: argparse.Namespace, setup: Setup, device: str) -> int:
     raw = {}
     for size in sizes(args.launches):
         counted = block_launches(size, setup)
+        log.extend(counted)
         print(f'### {size}x{size}\n\n{launches_table(counted)}\n')
         raw[size] = [c._asdict() for c in counted]
     save_json(args, dict(device=device, dtype=args.dtype, batch=args.batch,
@@ -226,10 +241,12 @@ def save_json(args: argparse.Namespace, meta: dict, **records) -> None:
         progress(f'rows saved to {args.json}')
 
 
-def run_train_log(args: argparse.Namespace, setup: Setup, device: str) -> int:
+def run_train_log(args: argparse.Namespace, setup: Setup, device: str, log: RowLog) -> int:
     """--train-log: the tools/train.py loop against the model-only step."""
-    log, config, arch = args.train_log.split(':')
-    row = train_loop_report(log, config, arch, args.full_size, setup, args.target_rounds)
+    train_log, config, arch = args.train_log.split(':')
+    row = train_loop_report(train_log, config, arch, args.full_size, setup,
+                            args.target_rounds)
+    log(dict(kind='TrainLoop', **row))
     print(f'## tools/train.py loop: {device}, {args.dtype}, torch {torch.__version__}\n')
     print(train_loop_table([row]))
     save_json(args, dict(device=device, dtype=args.dtype), rows=[row])
@@ -244,25 +261,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   args.warmup, args.repeats)
     device = (torch.cuda.get_device_name(setup.device) if setup.device.type == 'cuda'
               else f'CPU, {args.threads} threads')
+    log = RowLog(args.rows_log, args.rows_tag, echo=bool(args.rows_log),
+                 meta=dict(device=device, dtype=args.dtype, batch=args.batch,
+                           torch=torch.__version__, commit=git_commit(REPO)))
     if args.components:
-        return run_components(args, setup, device)
+        return run_components(args, setup, device, log)
     if args.breakdown:
-        return run_breakdown(args, setup, device)
+        return run_breakdown(args, setup, device, log)
     if args.launches:
-        return run_launches(args, setup, device)
+        return run_launches(args, setup, device, log)
     if args.train_log:
-        return run_train_log(args, setup, device)
+        return run_train_log(args, setup, device, log)
     setup.matmul_gflop_s = matmul_gflop_s(setup, args.matmul_size)
-    rows = run(args, setup)
+    log(dict(kind='MatmulPeak', size=args.matmul_size, gflop_s=setup.matmul_gflop_s))
+    rows = run(args, setup, log)
     add_ratios(rows)
     print(f'## ViT-5 benchmark: {device}, {args.dtype}, batch {args.batch}, '
           f'median of {args.repeats} after {args.warmup} warmup, torch {torch.__version__}\n')
     print(markdown_table(rows, setup))
     targets = [t for size in sizes(args.targets)
-               for t in timed_targets(size, args.target_rounds, setup, args.target_compile)]
-    targets += [t for size in sizes(args.detector_targets)
-                for t in detector_targets(size, args.target_rounds, setup, REPO)]
-    targets += row_targets(rows)
+               for t in timed_targets(size, args.target_rounds, setup, args.target_compile,
+                                      log=log)]
+    for size in sizes(args.detector_targets):
+        measured = detector_targets(size, args.target_rounds, setup, REPO)
+        log.extend(measured)
+        targets += measured
+    from_rows = row_targets(rows)
+    log.extend(from_rows)
+    targets += from_rows
     if targets:
         print(f'\n### Targets\n\n{targets_table(targets, args.target_rounds)}')
     save_plot(rows, args.plot)
