@@ -57,3 +57,15 @@ def tool(name):
 
 def config(name):
     return osp.join(REPO, 'configs', name)
+
+
+@pytest.fixture(autouse=True)
+def no_triton_fallback():
+    """A Triton kernel that fails falls back to the PyTorch path with a warning (see
+    mmvit5.models.layers.kernels.run_kernel): in a test, that is a failure to report, and the
+    next test starts with the kernels allowed again."""
+    yield
+    from mmvit5.models.layers.kernels import reset_triton_failure, triton_failure
+    failure = triton_failure()
+    reset_triton_failure()
+    assert failure is None, f'a Triton kernel failed, the PyTorch path answered: {failure}'

@@ -59,7 +59,7 @@ def window_kernel(attn_impl: str, mode: ExecutionMode) -> str:
     by size, :func:`.windows.grouped_window_attention`).
 
     SDPA unless flex is asked for: flex's block mask visits about 3.6x the score blocks the
-    rule needs at 1024x1024, window 14 (``benchmarks/window_mask.py``), and flex is unmeasured
+    rule needs at 1024x1024, window 14 (``python tools/window_mask.py``), and flex is unmeasured
     on a GPU. Exported graphs take SDPA: ONNX has no flex_attention.
     """
     return 'flex' if attn_impl == 'flex' and mode is not ExecutionMode.EXPORTING else 'sdpa'

@@ -20,7 +20,7 @@ Two kernels compute that rule (:func:`window_attention`):
 - ``flex`` (``attn_impl='flex'``): ``flex_attention`` with a block-sparse mask built once per
   layout, one fused kernel that skips the blocks no window touches. Its 128 x 128 blocks do
   not fit the windows: at 1024x1024, window 14, it visits about 3.6x the score blocks the rule
-  needs (``python benchmarks/window_mask.py``), and it is unmeasured on a GPU.
+  needs (``python tools/window_mask.py``), and it is unmeasured on a GPU.
 """
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -148,8 +148,8 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           layout: WindowLayout, plan: ExecutionPlan) -> torch.Tensor:
     """The rule as one block-sparse ``flex_attention`` call: (B, heads, T, D) -> (B, T, heads,
     D). Eager callers get the compiled kernel (flex_attention's eager form is a reference
-    that materialises the scores), compiled with dynamic shapes once a second size is met:
-    evaluation at any number of input sizes compiles it twice. Inside a compiled graph
+    that materialises the scores), compiled once with dynamic shapes: evaluation at any
+    number of input sizes compiles it once. Inside a compiled graph
     Inductor lowers it in place."""
     from torch.nn.attention.flex_attention import flex_attention
     if not plan.eager:
@@ -159,10 +159,11 @@ def flex_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return flex_attention(q, k, v, block_mask=layout.block_mask()).transpose(1, 2)
     global _compiled_flex
     if _compiled_flex is None:
-        # dynamic=None: static for the first shape, then one dynamic graph for all others
-        # (dynamic=False compiled one graph per size and, at Dynamo's recompile limit, fell
-        # back to the eager reference)
-        _compiled_flex = torch.compile(flex_attention, dynamic=None)
+        # one graph with dynamic shapes for every token count: dynamic=False compiled one per
+        # size and, at Dynamo's recompile limit, fell back to the eager reference;
+        # dynamic=None (static first, dynamic from the second size) hits an Inductor CPU
+        # codegen error in torch 2.14
+        _compiled_flex = torch.compile(flex_attention, dynamic=True)
     return _compiled_flex(q, k, v, block_mask=layout.block_mask()).transpose(1, 2)
 
 
