@@ -158,7 +158,10 @@ def test_masks_hold_labels_or_are_refused(tmp_path):
     mask[0, :3] = (1, 2, 255)
     path = str(tmp_path / 'a.png')
     cv2.imwrite(path, mask)
-    check_masks([path], 3, reduce_zero_label=False)  # 0-2 and ignored 255
+    empty = str(tmp_path / 'empty.png')
+    cv2.imwrite(empty, np.full((8, 8), 255, np.uint8))
+    # 0-2 and ignored 255; the second mask labels no pixel
+    assert check_masks([path, empty], 3, reduce_zero_label=False) == 1
     with pytest.raises(ValueError, match=r"a.png' has value 2 but there are 2 classes, so "
                                          r'values must be in 0..1 .*--reduce-zero-label'):
         check_masks([path], 2, reduce_zero_label=False)
@@ -200,6 +203,43 @@ def test_bad_folders_are_refused_with_the_option_to_change(shapes, monkeypatch, 
     out = finetune_fails(['det', 'data/elsewhere'], shapes, monkeypatch, capsys)
     assert "data root 'data/elsewhere' does not exist; pass the folder with DATA_ROOT" in out
     assert not (shapes / 'w').exists()  # refused before the runner made its work dir
+
+
+def test_unknown_category_ids_are_refused_and_images_without_objects_counted(
+        shapes, monkeypatch, capsys):
+    """An image without objects is named in the split's summary with its fate (dropped by the
+    training filter_cfg, kept for validation); an annotation whose category_id the json's
+    categories lack is refused with the id, the file and the fix, before anything is built."""
+    from finetune import finetune_config, parse_args
+    monkeypatch.chdir(shapes)
+    jsons = {split: shapes / 'data' / 'toy' / 'coco' / 'annotations' / f'instances_{split}.json'
+             for split in ('train2017', 'val2017')}
+    for path in jsons.values():  # the first image of each split loses its objects
+        coco = json.loads(path.read_text())
+        coco['annotations'] = [a for a in coco['annotations']
+                               if a['image_id'] != coco['images'][0]['id']]
+        path.write_text(json.dumps(coco))
+    kept = len(json.loads(jsons['train2017'].read_text())['annotations'])
+    args = ['det', 'data/toy/coco', '--config', MASKRCNN, '--work-dir', str(shapes / 'w')]
+    finetune_config(parse_args(args))
+    out = capsys.readouterr().out
+    assert (f'[finetune] train: 4 images, {kept} objects; 1 image without objects: dropped '
+            'from training by filter_empty_gt (train_dataloader.dataset.filter_cfg') in out
+    assert '1 image without objects: kept (validation and test keep every image)' in out
+    finetune_config(parse_args([*args, '--cfg-options',
+                                'train_dataloader.dataset.filter_cfg.filter_empty_gt=False']))
+    assert '1 image without objects: kept as background' in capsys.readouterr().out
+
+    coco = json.loads(jsons['train2017'].read_text())
+    known = sorted(c['id'] for c in coco['categories'])
+    coco['annotations'].append(dict(coco['annotations'][0], id=999, category_id=7))
+    jsons['train2017'].write_text(json.dumps(coco))
+    out = finetune_fails(args, shapes, monkeypatch, capsys)
+    assert ("'data/toy/coco/annotations/instances_train2017.json' has annotations with "
+            'category_id 7 (1 annotation) (first: annotation id 999 on image') in out
+    assert f'its "categories" list the ids {known}' in out
+    assert 'Add {"id": 7, "name": ...} to "categories"' in out
+    assert not (shapes / 'w').exists()
 
 
 # ----------------------------------------------------------------- schedule
@@ -390,9 +430,15 @@ def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
         shutil.copytree(shapes / ADE / 'images' / ade, root / 'img_dir' / split)
         shutil.copytree(shapes / ADE / 'annotations' / ade, root / 'ann_dir' / split)
     (root / 'classes.txt').write_text('unused\nground\nbox\noval\nwedge\n')  # value 0 unused
+    mask = next((root / 'ann_dir' / 'val').iterdir())
+    cv2.imwrite(str(mask), np.full((8, 8), 255, np.uint8))  # labels nothing
     from finetune import finetune_config, parse_args
     monkeypatch.chdir(shapes)
     cfg = finetune_config(parse_args(['seg', 'mine', '--config', UPERNET]))
+    out = capsys.readouterr().out
+    assert '[finetune] train: 4 images\n' in out
+    assert ('[finetune] val: 2 images; 1 mask without a labelled pixel (only ignored values): '
+            'kept') in out
     dataset = cfg.train_dataloader.dataset
     assert dataset.data_prefix == dict(img_path='img_dir/train', seg_map_path='ann_dir/train')
     assert not dataset.reduce_zero_label and cfg.model.decode_head.num_classes == 5

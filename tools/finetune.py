@@ -71,18 +71,22 @@ def finetune_config(args):
     work_dir = args.work_dir or osp.join(
         'work_dirs', f'{osp.splitext(osp.basename(args.config))[0]}_'
         f'{osp.basename(osp.normpath(args.data_root))}')
-    cfg = load_config(args.config, None, work_dir, check_data=False, max_iters=args.iters)
+    # --cfg-options apply before the data too, so that the summary tells what the user's
+    # filter_cfg will do
+    cfg = load_config(args.config, args.cfg_options, work_dir, check_data=False,
+                      max_iters=args.iters)
     if args.task == 'det':
-        classes = use_coco_data(cfg, args.data_root, args.train_ann, args.train_img,
-                                args.val_ann, args.val_img, not args.no_image_check)
+        data = use_coco_data(cfg, args.data_root, args.train_ann, args.train_img,
+                             args.val_ann, args.val_img, not args.no_image_check)
         source = osp.join(args.data_root, args.train_ann)
     else:
-        classes = use_seg_folder(cfg, args.data_root, args.classes, args.train_img,
-                                 args.train_mask, args.val_img, args.val_mask, args.img_suffix,
-                                 args.mask_suffix, args.reduce_zero_label,
-                                 not args.no_mask_check)
+        data = use_seg_folder(cfg, args.data_root, args.classes, args.train_img,
+                              args.train_mask, args.val_img, args.val_mask, args.img_suffix,
+                              args.mask_suffix, args.reduce_zero_label, not args.no_mask_check)
         source = osp.join(args.data_root, args.classes)
-    print(f'[finetune] {len(classes)} classes from {source}: {", ".join(classes)}')
+    print(f'[finetune] {len(data.classes)} classes from {source}: {", ".join(data.classes)}')
+    for line in data.summary:
+        print(f'[finetune] {line}')
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
         check_config(cfg, args.config, check_data=False)
