@@ -18,7 +18,7 @@ import torch
 from mmengine.config import Config
 from test_recipes import run_tool_here
 
-from conftest import config
+from conftest import REPO, config
 from mmvit5.utils import (
     check_masks,
     coco_classes,
@@ -340,6 +340,26 @@ def test_train_iters_fits_the_schedule_and_cfg_options_win():
     with pytest.raises(ValueError, match='--iters must be an integer >= 1, got 0'):
         fit_schedule(cfg, 0)
 
+def test_tools_test_checks_only_its_split_and_data_paths_become_absolute(shapes, monkeypatch):
+    """load_config as tools/test.py calls it: a missing training folder is no error there, a
+    missing test folder is, citing the guide's data section; the folders found from here and
+    the work dir become absolute, so the config written into the work dir runs anywhere."""
+    monkeypatch.chdir(shapes)
+    gone = {'train_dataloader.dataset.data_root': 'data/gone/'}
+    with pytest.raises(FileNotFoundError, match=r"train_dataloader.dataset.data_root 'data/gone/' "
+                                                r'does not exist.*train_test.md#data'):
+        load_config(MASKRCNN, gone)
+    cfg = load_config(MASKRCNN, gone, check_data=('test',))
+    coco = shapes / 'data' / 'toy' / 'coco'
+    assert cfg.test_dataloader.dataset.data_root == f'{coco}/'
+    assert cfg.test_evaluator.ann_file == str(coco / 'annotations' / 'instances_val2017.json')
+    assert cfg.train_dataloader.dataset.data_root == 'data/gone/'  # not found: left as it was
+    assert cfg.work_dir == str(shapes / 'work_dirs' / 'vit5-tiny_maskrcnn_shapes')
+    with pytest.raises(FileNotFoundError, match="test_dataloader.dataset.data_root 'data/gone/'"):
+        load_config(MASKRCNN, {'test_dataloader.dataset.data_root': 'data/gone/'},
+                    check_data=('test',))
+
+
 # ----------------------------------------------------------------- end to end
 @pytest.mark.slow  # trains a Mask R-CNN twice, tests it
 def test_coco_format_dataset_trains_and_tests(shapes, monkeypatch, capsys):
@@ -386,17 +406,28 @@ def test_coco_format_dataset_trains_and_tests(shapes, monkeypatch, capsys):
     assert ('[finetune] 2 classes from data/toy/coco/annotations/instances_train2017.json: '
             'box, ellipse') in out
     saved = tuned / osp.basename(MASKRCNN)
-    assert f'python tools/test.py {saved} {tuned}/iter_2.pth' in out
+    command = out.split('[finetune] evaluate with: python ')[1].splitlines()[0].split()
+    assert command == [osp.join(REPO, 'tools', 'test.py'), f'tuned/{saved.name}',
+                       'tuned/iter_2.pth']  # from where the user ran, the tool wherever it is
     cfg = Config.fromfile(str(saved))
     assert cfg.model.roi_head.bbox_head.num_classes == 2
     assert cfg.model.roi_head.mask_head.num_classes == 2
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         assert cfg[loader].dataset.metainfo.classes == ('box', 'ellipse')
-    out = run_tool_here('test.py', [saved, tuned / 'iter_2.pth', '--work-dir', tuned / 'test'],
-                        shapes, monkeypatch, capsys)
+        assert cfg[loader].dataset.data_root == str(shapes / 'data' / 'toy' / 'coco')
+    # the printed command, with pictures; the run's config stays as training wrote it
+    before = saved.read_bytes()
+    out = run_tool_here('test.py', [*command[1:], '--show-dir', 'vis'], shapes, monkeypatch,
+                        capsys)
     metrics = metrics_of(out)
     for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
         assert 0.0 <= metrics[key] <= 1.0, metrics
+    assert saved.read_bytes() == before
+    tested = list(tuned.glob(f'*/{saved.name}'))  # <work_dir>/<timestamp>/, beside the log
+    assert len(tested) == 1 and 'ShowDirHook' in tested[0].read_text()
+    images = json.loads((ann_dir / 'instances_val2017.json').read_text())['images']
+    assert sorted(p.name for p in (shapes / 'vis').iterdir()) == sorted(
+        osp.splitext(i['file_name'])[0] + '.png' for i in images)
 
 
 @pytest.mark.slow  # trains and tests an UperNet
@@ -416,10 +447,17 @@ def test_image_and_mask_folders_train_and_test(shapes, monkeypatch, capsys):
     dataset = cfg.test_dataloader.dataset
     assert dataset.type == 'BaseSegDataset' and dataset.metainfo.classes == names
     assert dataset.reduce_zero_label
-    out = run_tool_here('test.py', [saved, work / 'iter_2.pth', '--work-dir', work / 'test'],
-                        shapes, monkeypatch, capsys)
+    # from another folder: the saved config's data paths are absolute; the pictures land in
+    # --show-dir as for detection
+    elsewhere = shapes / 'elsewhere'
+    elsewhere.mkdir()
+    out = run_tool_here('test.py', [saved, work / 'iter_2.pth', '--show-dir', 'vis'],
+                        elsewhere, monkeypatch, capsys)
     metrics = metrics_of(out)
     assert 0.0 <= metrics['mIoU'] <= 100.0, metrics
+    assert sorted(p.name for p in (elsewhere / 'vis').iterdir()) == sorted(
+        p.stem + '.png' for p in (shapes / ADE / 'images' / 'validation').iterdir())
+    assert not (elsewhere / 'work_dirs').exists() and not (shapes / 'vis_test').exists()
 
 
 def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
@@ -442,7 +480,7 @@ def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
     dataset = cfg.train_dataloader.dataset
     assert dataset.data_prefix == dict(img_path='img_dir/train', seg_map_path='ann_dir/train')
     assert not dataset.reduce_zero_label and cfg.model.decode_head.num_classes == 5
-    assert cfg.work_dir == osp.join('work_dirs', 'vit5-tiny_upernet_shapes_mine')
+    assert cfg.work_dir == str(shapes / 'work_dirs' / 'vit5-tiny_upernet_shapes_mine')
     loads = [t for t in cfg.val_dataloader.dataset.pipeline if t.type == 'LoadAnnotations']
     assert loads and not any('reduce_zero_label' in t for t in loads)  # the dataset's holds
 

@@ -17,6 +17,7 @@ are relative to DATA_ROOT. The run's full config lands in the work dir, ready fo
 tools/test.py. Guide: docs/en/user_guides/custom_dataset.md.
 """
 import argparse
+import os
 import os.path as osp
 
 from mmengine.dist import get_rank
@@ -106,7 +107,15 @@ def main():
     # mmengine's Runner wrote the whole config into the work dir under the recipe's name
     saved = osp.join(cfg.work_dir, osp.basename(args.config))
     last = osp.join(cfg.work_dir, f'iter_{cfg.train_cfg.max_iters}.pth')
-    print(f'[finetune] evaluate with: python tools/test.py {saved} {last}')
+    test = osp.join(osp.dirname(osp.abspath(__file__)), 'test.py')
+    print(f'[finetune] evaluate with: python {" ".join(map(from_here, (test, saved, last)))}')
+
+
+def from_here(path: str) -> str:
+    """``path`` as the user's shell reaches it: relative below the current folder, else
+    absolute."""
+    relative = osp.relpath(path)
+    return osp.abspath(path) if relative.startswith(os.pardir) else relative
 
 
 if __name__ == '__main__':

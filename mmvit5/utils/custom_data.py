@@ -17,6 +17,8 @@ import numpy as np
 from mmengine.config import Config
 from mmengine.fileio import list_dir_or_file
 
+from .config import innermost_dataset
+
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 IGNORE_INDEX = 255  # mmseg's: pixels of this value count for no class
 
@@ -238,7 +240,8 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
 
     Args:
         cfg (Config): Changed in place: datasets, evaluators, heads' ``num_classes``.
-        data_root (str): The dataset folder; the other paths are relative to it.
+        data_root (str): The dataset folder; the other paths are relative to it. The config
+            gets it as an absolute path, so that it runs from any folder.
         train_ann (str): Training COCO json, e.g. ``annotations/instances_train2017.json``.
         train_img (str): Folder the training json's file names are relative to.
         val_ann (str): Validation json (also the test split).
@@ -269,14 +272,14 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
     for loader, ann, img in (('train_dataloader', train_ann, train_img),
                              ('val_dataloader', val_ann, val_img),
                              ('test_dataloader', val_ann, val_img)):
-        dataset = _innermost_dataset(cfg, loader)
-        dataset.update(data_root=data_root, ann_file=ann, data_prefix=dict(img=_as_dir(img)),
-                       metainfo=dict(classes=classes))
+        dataset = innermost_dataset(cfg[loader].dataset)
+        dataset.update(data_root=osp.abspath(data_root), ann_file=ann,
+                       data_prefix=dict(img=_as_dir(img)), metainfo=dict(classes=classes))
     for evaluator in ('val_evaluator', 'test_evaluator'):
         for metric in _as_list(cfg.get(evaluator)):
-            metric.ann_file = osp.join(data_root, val_ann)
+            metric.ann_file = osp.abspath(osp.join(data_root, val_ann))
     set_num_classes(cfg.model, len(classes))
-    filter_cfg = _innermost_dataset(cfg, 'train_dataloader').get('filter_cfg')
+    filter_cfg = innermost_dataset(cfg.train_dataloader.dataset).get('filter_cfg')
     return OwnData(classes, tuple(coco_summary(jsons[split], split, filter_cfg)
                                   for split in ('train', 'val')))
 
@@ -346,7 +349,8 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         cfg (Config): Changed in place: datasets (mmseg's ``BaseSegDataset``), the
             ``LoadAnnotations`` of every pipeline (left to the dataset's
             ``reduce_zero_label``), heads' ``num_classes``.
-        data_root (str): The dataset folder; the other paths are relative to it.
+        data_root (str): The dataset folder; the other paths are relative to it (absolute in
+            the config, as above).
         classes_file (str): One class name a line, label 0 first.
         train_img (str): Training images, e.g. ``img_dir/train``.
         train_mask (str): Their masks, same names, e.g. ``ann_dir/train``.
@@ -379,8 +383,8 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
     for loader, img, mask in (('train_dataloader', train_img, train_mask),
                               ('val_dataloader', val_img, val_mask),
                               ('test_dataloader', val_img, val_mask)):
-        dataset = _innermost_dataset(cfg, loader)
-        dataset.update(type='BaseSegDataset', data_root=data_root,
+        dataset = innermost_dataset(cfg[loader].dataset)
+        dataset.update(type='BaseSegDataset', data_root=osp.abspath(data_root),
                        data_prefix=dict(img_path=img, seg_map_path=mask),
                        img_suffix=img_suffix, seg_map_suffix=mask_suffix,
                        reduce_zero_label=reduce_zero_label, metainfo=dict(classes=classes))
@@ -389,13 +393,6 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
                 step.pop('reduce_zero_label', None)
     set_num_classes(cfg.model, len(classes))
     return OwnData(classes, tuple(summary))
-
-
-def _innermost_dataset(cfg: Config, loader: str) -> dict:
-    dataset = cfg[loader].dataset
-    while 'dataset' in dataset:  # RepeatDataset / ClassBalancedDataset wrappers
-        dataset = dataset.dataset
-    return dataset
 
 
 def _as_dir(path: str) -> str:
