@@ -360,6 +360,40 @@ def test_tools_test_checks_only_its_split_and_data_paths_become_absolute(shapes,
                     check_data=('test',))
 
 
+# ----------------------------------------------------------------- class colours
+def test_small_class_counts_are_drawn_in_distinct_colours():
+    """A 2-class set without a palette: mmseg makes up two greens; usable_palette gives blue
+    and orange instead, drawn so by mmseg's own SegLocalVisualizer. A chosen palette stays."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    from mmseg.visualization import SegLocalVisualizer
+
+    from mmvit5.utils import distinct_palette, usable_palette
+    from mmvit5.utils.palette import mmseg_random_palette
+    for n in (1, 2, 10, 11, 150):
+        assert len({tuple(c) for c in distinct_palette(n)}) == n
+    made_up = mmseg_random_palette(2)
+    assert usable_palette(2, made_up) == distinct_palette(2)
+    assert usable_palette(2, None) == usable_palette(2, [[0, 0, 0]] * 2) == distinct_palette(2)
+    assert usable_palette(2, [[0, 0, 0], [255, 255, 255]]) == [[0, 0, 0], [255, 255, 255]]
+
+    labels = np.zeros((1, 8, 16), np.int64)
+    labels[:, :, 8:] = 1  # left class 0, right class 1
+    sample = SegDataSample(pred_sem_seg=PixelData(data=torch.from_numpy(labels)))
+    image = np.full((8, 16, 3), 128, np.uint8)
+
+    def dominant_channels(palette):
+        visualizer = SegLocalVisualizer(name=f'palette{id(palette)}', alpha=0.8)
+        visualizer.set_dataset_meta(classes=['a', 'b'], palette=palette)
+        visualizer.add_datasample('x', image, sample, draw_gt=False, with_labels=False)
+        drawn = visualizer.get_image()
+        return [int(np.argmax(drawn[:, half].reshape(-1, 3).mean(0)))
+                for half in (slice(0, 8), slice(8, 16))]
+
+    assert dominant_channels(made_up) == [1, 1]  # both green: the bug
+    assert dominant_channels(usable_palette(2, made_up)) == [2, 0]  # blue, orange
+
+
 # ----------------------------------------------------------------- end to end
 @pytest.mark.slow  # trains a Mask R-CNN twice, tests it
 def test_coco_format_dataset_trains_and_tests(shapes, monkeypatch, capsys):
@@ -458,6 +492,19 @@ def test_image_and_mask_folders_train_and_test(shapes, monkeypatch, capsys):
     assert sorted(p.name for p in (elsewhere / 'vis').iterdir()) == sorted(
         p.stem + '.png' for p in (shapes / ADE / 'images' / 'validation').iterdir())
     assert not (elsewhere / 'work_dirs').exists() and not (shapes / 'vis_test').exists()
+    # the demo draws the classes in the distinct colours finetune gave them; a checkpoint of a
+    # dataset without a palette (mmseg's made-up one) gets distinct ones too
+    from demo import build_inferencer
+
+    from mmvit5.utils import distinct_palette
+    from mmvit5.utils.palette import mmseg_random_palette
+    inferencer = build_inferencer(str(saved), str(work / 'iter_2.pth'), 'cpu')
+    assert inferencer.model.dataset_meta['palette'] == distinct_palette(4)
+    checkpoint = torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=False)
+    checkpoint['meta']['dataset_meta']['palette'] = mmseg_random_palette(4)
+    torch.save(checkpoint, work / 'no_palette.pth')
+    inferencer = build_inferencer(str(saved), str(work / 'no_palette.pth'), 'cpu')
+    assert inferencer.model.dataset_meta['palette'] == distinct_palette(4)
 
 
 def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):

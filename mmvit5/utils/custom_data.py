@@ -18,6 +18,7 @@ from mmengine.config import Config
 from mmengine.fileio import list_dir_or_file
 
 from .config import innermost_dataset
+from .palette import distinct_palette
 
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 IGNORE_INDEX = 255  # mmseg's: pixels of this value count for no class
@@ -387,7 +388,9 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         dataset.update(type='BaseSegDataset', data_root=osp.abspath(data_root),
                        data_prefix=dict(img_path=img, seg_map_path=mask),
                        img_suffix=img_suffix, seg_map_suffix=mask_suffix,
-                       reduce_zero_label=reduce_zero_label, metainfo=dict(classes=classes))
+                       reduce_zero_label=reduce_zero_label,
+                       # mmseg would make up random colours, for 2 classes two greens
+                       metainfo=dict(classes=classes, palette=distinct_palette(len(classes))))
         for step in dataset.pipeline:
             if step.type == 'LoadAnnotations':  # then it follows the dataset's (mmseg's way)
                 step.pop('reduce_zero_label', None)

@@ -36,6 +36,11 @@ class ShowDirHook(Hook):
 
     def before_test(self, runner) -> None:
         os.makedirs(self.out_dir, exist_ok=True)
+        meta = getattr(runner.visualizer, 'dataset_meta', None) or {}
+        if runner.cfg.get('default_scope') == 'mmseg' and meta.get('classes'):
+            from mmvit5.utils.palette import usable_palette  # as tools/demo.py draws them
+            runner.visualizer.dataset_meta = dict(
+                meta, palette=usable_palette(len(meta['classes']), meta.get('palette')))
 
     def after_test_iter(self, runner, batch_idx: int, data_batch=None,
                         outputs: Optional[Sequence] = None) -> None:
