@@ -32,8 +32,8 @@ def read_checkpoint(path: str) -> dict:
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f'checkpoint {path!r} does not exist. Download the released ViT-5 weights '
-            '(see README, "Released checkpoints") or set the path in the config '
-            '(init_cfg=dict(type="Pretrained", checkpoint=...)).')
+            '(docs/en/user_guides/checkpoints.md#released-checkpoints) or set the path in the '
+            'config (init_cfg=dict(type="Pretrained", checkpoint=...)).')
     try:
         checkpoint = torch.load(path, map_location='cpu', weights_only=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile,

@@ -3,8 +3,11 @@ shipped recipes on COCO-format instances and on a folder of images and PNG masks
 names read from the files into the datasets and every head; bad data is refused with the value,
 what was expected and what to change. The guide's commands run here for 2 iterations on the
 generated shapes set, then tools/test.py on the saved config with the real metrics."""
+import copy
+import glob
 import importlib
 import json
+import math
 import os.path as osp
 import shutil
 
@@ -15,7 +18,7 @@ import torch
 from mmengine.config import Config
 from test_recipes import run_tool_here
 
-from conftest import config
+from conftest import REPO, config
 from mmvit5.utils import (
     check_masks,
     coco_classes,
@@ -155,7 +158,10 @@ def test_masks_hold_labels_or_are_refused(tmp_path):
     mask[0, :3] = (1, 2, 255)
     path = str(tmp_path / 'a.png')
     cv2.imwrite(path, mask)
-    check_masks([path], 3, reduce_zero_label=False)  # 0-2 and ignored 255
+    empty = str(tmp_path / 'empty.png')
+    cv2.imwrite(empty, np.full((8, 8), 255, np.uint8))
+    # 0-2 and ignored 255; the second mask labels no pixel
+    assert check_masks([path, empty], 3, reduce_zero_label=False) == 1
     with pytest.raises(ValueError, match=r"a.png' has value 2 but there are 2 classes, so "
                                          r'values must be in 0..1 .*--reduce-zero-label'):
         check_masks([path], 2, reduce_zero_label=False)
@@ -199,6 +205,43 @@ def test_bad_folders_are_refused_with_the_option_to_change(shapes, monkeypatch, 
     assert not (shapes / 'w').exists()  # refused before the runner made its work dir
 
 
+def test_unknown_category_ids_are_refused_and_images_without_objects_counted(
+        shapes, monkeypatch, capsys):
+    """An image without objects is named in the split's summary with its fate (dropped by the
+    training filter_cfg, kept for validation); an annotation whose category_id the json's
+    categories lack is refused with the id, the file and the fix, before anything is built."""
+    from finetune import finetune_config, parse_args
+    monkeypatch.chdir(shapes)
+    jsons = {split: shapes / 'data' / 'toy' / 'coco' / 'annotations' / f'instances_{split}.json'
+             for split in ('train2017', 'val2017')}
+    for path in jsons.values():  # the first image of each split loses its objects
+        coco = json.loads(path.read_text())
+        coco['annotations'] = [a for a in coco['annotations']
+                               if a['image_id'] != coco['images'][0]['id']]
+        path.write_text(json.dumps(coco))
+    kept = len(json.loads(jsons['train2017'].read_text())['annotations'])
+    args = ['det', 'data/toy/coco', '--config', MASKRCNN, '--work-dir', str(shapes / 'w')]
+    finetune_config(parse_args(args))
+    out = capsys.readouterr().out
+    assert (f'[finetune] train: 4 images, {kept} objects; 1 image without objects: dropped '
+            'from training by filter_empty_gt (train_dataloader.dataset.filter_cfg') in out
+    assert '1 image without objects: kept (validation and test keep every image)' in out
+    finetune_config(parse_args([*args, '--cfg-options',
+                                'train_dataloader.dataset.filter_cfg.filter_empty_gt=False']))
+    assert '1 image without objects: kept as background' in capsys.readouterr().out
+
+    coco = json.loads(jsons['train2017'].read_text())
+    known = sorted(c['id'] for c in coco['categories'])
+    coco['annotations'].append(dict(coco['annotations'][0], id=999, category_id=7))
+    jsons['train2017'].write_text(json.dumps(coco))
+    out = finetune_fails(args, shapes, monkeypatch, capsys)
+    assert ("'data/toy/coco/annotations/instances_train2017.json' has annotations with "
+            'category_id 7 (1 annotation) (first: annotation id 999 on image') in out
+    assert f'its "categories" list the ids {known}' in out
+    assert 'Add {"id": 7, "name": ...} to "categories"' in out
+    assert not (shapes / 'w').exists()
+
+
 # ----------------------------------------------------------------- schedule
 @pytest.mark.parametrize('name', ['vit5_maskrcnn_coco.py', 'vit5_upernet_ade20k.py'])
 def test_fit_schedule_keeps_the_recipe_shape(name):
@@ -214,9 +257,71 @@ def test_fit_schedule_keeps_the_recipe_shape(name):
             [m / old for m in decay['milestones']], abs=1e-3)
     else:  # ADE20K: the poly decay still follows the warm-up
         assert new_decay.begin == new_warmup.end
-    # as many evaluations and checkpoints per run as the recipe
-    assert iters / cfg.train_cfg.val_interval == pytest.approx(
-        old / Config.fromfile(config(name)).train_cfg.val_interval, rel=0.05)
+    # as many evaluations and checkpoints per run as the recipe, but at most 10
+    recipe_count = old / Config.fromfile(config(name)).train_cfg.val_interval
+    assert iters / cfg.train_cfg.val_interval == pytest.approx(min(recipe_count, 10), rel=0.05)
+
+
+RECIPES = sorted(osp.relpath(p, osp.dirname(config('x'))) for pattern in (
+    '*.py', 'toy/*.py', 'ablations/*.py') for p in glob.glob(config(pattern)))
+
+
+@pytest.mark.parametrize('name', RECIPES)
+def test_fit_schedule_fits_every_recipe(name):
+    """Every shipped recipe, fitted to 1, 60 and 2000 iterations: no iteration of the
+    schedule lies beyond the run (Mask2Former's dynamic_intervals milestone included),
+    validation and checkpoints come at most 10 times a run, the warm-up takes at most a
+    quarter, what followed it still does, and mmengine builds every scheduler."""
+    from mmengine.registry import PARAM_SCHEDULERS
+    recipe = Config.fromfile(config(name))
+    if 'max_iters' not in (recipe.get('train_cfg') or {}):  # the epoch-based classifier
+        with pytest.raises(ValueError, match='--iters needs an iteration-based recipe'):
+            fit_schedule(recipe, 60)
+        return
+    old_first = _schedulers(recipe)[0]
+    for iters in (1, 60, 2000):
+        cfg = copy.deepcopy(recipe)
+        fit_schedule(cfg, iters)
+        floor, train = math.ceil(iters / 10), cfg.train_cfg
+        assert train.max_iters == iters
+        intervals = [train.val_interval, cfg.default_hooks.checkpoint.interval,
+                     *(i for _, i in train.get('dynamic_intervals', []))]
+        assert all(floor <= i <= iters for i in intervals), (iters, intervals)
+        milestones = [m for m, _ in train.get('dynamic_intervals', [])]
+        assert milestones == sorted(set(milestones)) and all(1 <= m <= iters for m in milestones)
+        assert cfg.default_hooks.logger.interval <= floor
+        for key in ('train_cfg', 'param_scheduler', 'custom_hooks'):
+            assert max(_ints(cfg.get(key)), default=0) <= iters, (iters, key, cfg.get(key))
+        schedulers = _schedulers(cfg)
+        if old_first.get('end', 0) < recipe.train_cfg.max_iters and iters > 1:  # a warm-up
+            warm_end = schedulers[0].end
+            assert 1 <= warm_end <= max(iters // 4, 1)
+            for before, after in zip(_schedulers(recipe)[1:], schedulers[1:]):
+                if before.get('begin') == old_first.end:
+                    assert after.begin == warm_end
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        for scheduler in schedulers:
+            assert 0 <= scheduler.get('begin', 0) < scheduler.get('end', iters) <= iters
+            assert all(1 <= m <= iters for m in scheduler.get('milestones', []))
+            scheduler = {k: v for k, v in scheduler.items() if k != '_scope_'}
+            PARAM_SCHEDULERS.build(dict(scheduler, optimizer=optimizer))
+
+
+def _schedulers(cfg: Config) -> list:
+    schedulers = cfg.get('param_scheduler') or []
+    return list(schedulers) if isinstance(schedulers, (list, tuple)) else [schedulers]
+
+
+def _ints(value):
+    """Every integer in a nested config value (bools are no iterations)."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _ints(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _ints(item)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        yield value
 
 
 
@@ -234,6 +339,60 @@ def test_train_iters_fits_the_schedule_and_cfg_options_win():
         fit_schedule(epochs, 100)
     with pytest.raises(ValueError, match='--iters must be an integer >= 1, got 0'):
         fit_schedule(cfg, 0)
+
+def test_tools_test_checks_only_its_split_and_data_paths_become_absolute(shapes, monkeypatch):
+    """load_config as tools/test.py calls it: a missing training folder is no error there, a
+    missing test folder is, citing the guide's data section; the folders found from here and
+    the work dir become absolute, so the config written into the work dir runs anywhere."""
+    monkeypatch.chdir(shapes)
+    gone = {'train_dataloader.dataset.data_root': 'data/gone/'}
+    with pytest.raises(FileNotFoundError, match=r"train_dataloader.dataset.data_root 'data/gone/' "
+                                                r'does not exist.*train_test.md#data'):
+        load_config(MASKRCNN, gone)
+    cfg = load_config(MASKRCNN, gone, check_data=('test',))
+    coco = shapes / 'data' / 'toy' / 'coco'
+    assert cfg.test_dataloader.dataset.data_root == f'{coco}/'
+    assert cfg.test_evaluator.ann_file == str(coco / 'annotations' / 'instances_val2017.json')
+    assert cfg.train_dataloader.dataset.data_root == 'data/gone/'  # not found: left as it was
+    assert cfg.work_dir == str(shapes / 'work_dirs' / 'vit5-tiny_maskrcnn_shapes')
+    with pytest.raises(FileNotFoundError, match="test_dataloader.dataset.data_root 'data/gone/'"):
+        load_config(MASKRCNN, {'test_dataloader.dataset.data_root': 'data/gone/'},
+                    check_data=('test',))
+
+
+# ----------------------------------------------------------------- class colours
+def test_small_class_counts_are_drawn_in_distinct_colours():
+    """A 2-class set without a palette: mmseg makes up two greens; usable_palette gives blue
+    and orange instead, drawn so by mmseg's own SegLocalVisualizer. A chosen palette stays."""
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    from mmseg.visualization import SegLocalVisualizer
+
+    from mmvit5.utils import distinct_palette, usable_palette
+    from mmvit5.utils.palette import mmseg_random_palette
+    for n in (1, 2, 10, 11, 150):
+        assert len({tuple(c) for c in distinct_palette(n)}) == n
+    made_up = mmseg_random_palette(2)
+    assert usable_palette(2, made_up) == distinct_palette(2)
+    assert usable_palette(2, None) == usable_palette(2, [[0, 0, 0]] * 2) == distinct_palette(2)
+    assert usable_palette(2, [[0, 0, 0], [255, 255, 255]]) == [[0, 0, 0], [255, 255, 255]]
+
+    labels = np.zeros((1, 8, 16), np.int64)
+    labels[:, :, 8:] = 1  # left class 0, right class 1
+    sample = SegDataSample(pred_sem_seg=PixelData(data=torch.from_numpy(labels)))
+    image = np.full((8, 16, 3), 128, np.uint8)
+
+    def dominant_channels(palette):
+        visualizer = SegLocalVisualizer(name=f'palette{id(palette)}', alpha=0.8)
+        visualizer.set_dataset_meta(classes=['a', 'b'], palette=palette)
+        visualizer.add_datasample('x', image, sample, draw_gt=False, with_labels=False)
+        drawn = visualizer.get_image()
+        return [int(np.argmax(drawn[:, half].reshape(-1, 3).mean(0)))
+                for half in (slice(0, 8), slice(8, 16))]
+
+    assert dominant_channels(made_up) == [1, 1]  # both green: the bug
+    assert dominant_channels(usable_palette(2, made_up)) == [2, 0]  # blue, orange
+
 
 # ----------------------------------------------------------------- end to end
 @pytest.mark.slow  # trains a Mask R-CNN twice, tests it
@@ -281,17 +440,28 @@ def test_coco_format_dataset_trains_and_tests(shapes, monkeypatch, capsys):
     assert ('[finetune] 2 classes from data/toy/coco/annotations/instances_train2017.json: '
             'box, ellipse') in out
     saved = tuned / osp.basename(MASKRCNN)
-    assert f'python tools/test.py {saved} {tuned}/iter_2.pth' in out
+    command = out.split('[finetune] evaluate with: python ')[1].splitlines()[0].split()
+    assert command == [osp.join(REPO, 'tools', 'test.py'), f'tuned/{saved.name}',
+                       'tuned/iter_2.pth']  # from where the user ran, the tool wherever it is
     cfg = Config.fromfile(str(saved))
     assert cfg.model.roi_head.bbox_head.num_classes == 2
     assert cfg.model.roi_head.mask_head.num_classes == 2
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         assert cfg[loader].dataset.metainfo.classes == ('box', 'ellipse')
-    out = run_tool_here('test.py', [saved, tuned / 'iter_2.pth', '--work-dir', tuned / 'test'],
-                        shapes, monkeypatch, capsys)
+        assert cfg[loader].dataset.data_root == str(shapes / 'data' / 'toy' / 'coco')
+    # the printed command, with pictures; the run's config stays as training wrote it
+    before = saved.read_bytes()
+    out = run_tool_here('test.py', [*command[1:], '--show-dir', 'vis'], shapes, monkeypatch,
+                        capsys)
     metrics = metrics_of(out)
     for key in ('coco/bbox_mAP', 'coco/segm_mAP'):
         assert 0.0 <= metrics[key] <= 1.0, metrics
+    assert saved.read_bytes() == before
+    tested = list(tuned.glob(f'*/{saved.name}'))  # <work_dir>/<timestamp>/, beside the log
+    assert len(tested) == 1 and 'ShowDirHook' in tested[0].read_text()
+    images = json.loads((ann_dir / 'instances_val2017.json').read_text())['images']
+    assert sorted(p.name for p in (shapes / 'vis').iterdir()) == sorted(
+        osp.splitext(i['file_name'])[0] + '.png' for i in images)
 
 
 @pytest.mark.slow  # trains and tests an UperNet
@@ -311,10 +481,30 @@ def test_image_and_mask_folders_train_and_test(shapes, monkeypatch, capsys):
     dataset = cfg.test_dataloader.dataset
     assert dataset.type == 'BaseSegDataset' and dataset.metainfo.classes == names
     assert dataset.reduce_zero_label
-    out = run_tool_here('test.py', [saved, work / 'iter_2.pth', '--work-dir', work / 'test'],
-                        shapes, monkeypatch, capsys)
+    # from another folder: the saved config's data paths are absolute; the pictures land in
+    # --show-dir as for detection
+    elsewhere = shapes / 'elsewhere'
+    elsewhere.mkdir()
+    out = run_tool_here('test.py', [saved, work / 'iter_2.pth', '--show-dir', 'vis'],
+                        elsewhere, monkeypatch, capsys)
     metrics = metrics_of(out)
     assert 0.0 <= metrics['mIoU'] <= 100.0, metrics
+    assert sorted(p.name for p in (elsewhere / 'vis').iterdir()) == sorted(
+        p.stem + '.png' for p in (shapes / ADE / 'images' / 'validation').iterdir())
+    assert not (elsewhere / 'work_dirs').exists() and not (shapes / 'vis_test').exists()
+    # the demo draws the classes in the distinct colours finetune gave them; a checkpoint of a
+    # dataset without a palette (mmseg's made-up one) gets distinct ones too
+    from demo import build_inferencer
+
+    from mmvit5.utils import distinct_palette
+    from mmvit5.utils.palette import mmseg_random_palette
+    inferencer = build_inferencer(str(saved), str(work / 'iter_2.pth'), 'cpu')
+    assert inferencer.model.dataset_meta['palette'] == distinct_palette(4)
+    checkpoint = torch.load(work / 'iter_2.pth', map_location='cpu', weights_only=False)
+    checkpoint['meta']['dataset_meta']['palette'] = mmseg_random_palette(4)
+    torch.save(checkpoint, work / 'no_palette.pth')
+    inferencer = build_inferencer(str(saved), str(work / 'no_palette.pth'), 'cpu')
+    assert inferencer.model.dataset_meta['palette'] == distinct_palette(4)
 
 
 def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
@@ -325,13 +515,19 @@ def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
         shutil.copytree(shapes / ADE / 'images' / ade, root / 'img_dir' / split)
         shutil.copytree(shapes / ADE / 'annotations' / ade, root / 'ann_dir' / split)
     (root / 'classes.txt').write_text('unused\nground\nbox\noval\nwedge\n')  # value 0 unused
+    mask = next((root / 'ann_dir' / 'val').iterdir())
+    cv2.imwrite(str(mask), np.full((8, 8), 255, np.uint8))  # labels nothing
     from finetune import finetune_config, parse_args
     monkeypatch.chdir(shapes)
     cfg = finetune_config(parse_args(['seg', 'mine', '--config', UPERNET]))
+    out = capsys.readouterr().out
+    assert '[finetune] train: 4 images\n' in out
+    assert ('[finetune] val: 2 images; 1 mask without a labelled pixel (only ignored values): '
+            'kept') in out
     dataset = cfg.train_dataloader.dataset
     assert dataset.data_prefix == dict(img_path='img_dir/train', seg_map_path='ann_dir/train')
     assert not dataset.reduce_zero_label and cfg.model.decode_head.num_classes == 5
-    assert cfg.work_dir == osp.join('work_dirs', 'vit5-tiny_upernet_shapes_mine')
+    assert cfg.work_dir == str(shapes / 'work_dirs' / 'vit5-tiny_upernet_shapes_mine')
     loads = [t for t in cfg.val_dataloader.dataset.pipeline if t.type == 'LoadAnnotations']
     assert loads and not any('reduce_zero_label' in t for t in loads)  # the dataset's holds
 

@@ -204,3 +204,77 @@ def test_learning_table_refuses_curves_of_different_validations():
     other = dict(curve, model='U', steps=[2, 4, 6, 8], metrics={'mIoU': [1.0, 2.0, 3.0, 4.0]})
     with pytest.raises(ValueError, match=r'U was validated at \[2, 4, 6, 8\].*same --val-every'):
         learning(dict(curves=[curve, other]))
+
+
+# ----------------------------------------------------------------- cited documents
+DOC_PATH = re.compile(r'(?<![\w/.-])(?:docs/en/)?((?:user_guides|get_started|advanced|benchmarks)'
+                      r'/[\w.-]+\.md)(#[\w-]+)?')
+README_SECTION = re.compile(r'README(?:\.md)?(?:,|\'s)?\s+(?:section\s+)?"([^"]+)"')
+
+
+def headings(page: str) -> list:
+    """The headings of a Markdown page, fenced code blocks left out."""
+    found, fenced = [], False
+    with open(page, encoding='utf-8') as f:
+        for line in f:
+            if line.startswith('```'):
+                fenced = not fenced
+            elif not fenced and re.match(r'#{1,6} ', line):
+                found.append(line.lstrip('#').strip())
+    return found
+
+
+def anchor(heading: str) -> str:
+    """MyST's (and GitHub's) anchor of a heading: lower case, punctuation dropped, spaces to
+    hyphens."""
+    return re.sub(r'[^\w\- ]', '', heading.lower()).replace(' ', '-')
+
+
+def cited_documents(text: str):
+    """(page relative to docs/en, anchor or None) and (None, README section) cited in text."""
+    for match in DOC_PATH.finditer(text):
+        yield match.group(1), (match.group(2) or '#')[1:] or None
+    for match in README_SECTION.finditer(text):
+        yield None, match.group(1)
+
+
+def code_strings(path: str):
+    """Every string constant of a Python file, implicit concatenations joined as Python joins
+    them (a message split over lines is one string), f-strings' literal parts included."""
+    with open(path, encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
+
+
+def test_cited_documents_parse():
+    assert list(cited_documents('see README, "Data" and docs/en/user_guides/onnx.md#fixed'
+                                ' (user_guides/cluster.md)')) == [
+        ('user_guides/onnx.md', 'fixed'), ('user_guides/cluster.md', None), (None, 'Data')]
+
+
+def test_every_document_a_message_cites_exists():
+    """Error messages and docstrings of the package, the tools and the benchmarks send the
+    reader to docs/en pages, their sections (#anchors) and README sections: all exist."""
+    readme = headings(osp.join(REPO, 'README.md'))
+    sources = [p for d in ('mmvit5', 'tools', 'benchmarks')
+               for p in glob.glob(osp.join(REPO, d, '**', '*.py'), recursive=True)]
+    cited, missing = 0, []
+    for source in sources:
+        for text in code_strings(source):
+            for page, section in cited_documents(text):
+                cited += 1
+                where = osp.relpath(source, REPO)
+                if page is None:
+                    if section not in readme:
+                        missing.append(f'{where}: README section "{section}" (README has '
+                                       f'{readme})')
+                    continue
+                path = osp.join(REPO, 'docs', 'en', page)
+                if not osp.isfile(path):
+                    missing.append(f'{where}: docs/en/{page} does not exist')
+                elif section and section not in map(anchor, headings(path)):
+                    missing.append(f'{where}: docs/en/{page} has no section #{section}')
+    assert cited > 5  # the scan finds the citations at all
+    assert not missing, '\n'.join(missing)

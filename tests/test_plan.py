@@ -19,10 +19,10 @@ from mmvit5.models.layers import windows as windows_module
 from mmvit5.models.layers.attention import Attention
 from mmvit5.models.layers.kernels import (
     HAS_TRITON,
+    dispatch,
     reset_triton_failure,
     triton_failure,
 )
-from mmvit5.models.layers.kernels import dispatch
 from mmvit5.models.layers.plan import ExecutionMode, make_plan
 
 ARCH = dict(embed_dim=64, depth=2, num_heads=2)

@@ -3,7 +3,9 @@
     python tools/demo.py CONFIG CHECKPOINT IMAGE [IMAGE ...] --out-dir vis [--score-thr 0.3]
 
 mmdet configs go through mmdet's ``DetInferencer`` (boxes and masks drawn), mmseg configs
-through ``MMSegInferencer`` (class overlay); the scope comes from the config.
+through ``MMSegInferencer`` (class overlay, in the checkpoint's class colours, or distinct ones
+where its dataset had none: :func:`mmvit5.utils.usable_palette`); the scope comes from the
+config.
 """
 import argparse
 import os
@@ -21,7 +23,13 @@ def build_inferencer(config: str, checkpoint: str, device: str):
         return DetInferencer(model=cfg, weights=checkpoint, device=device, show_progress=False)
     if cfg.get('default_scope') == 'mmseg':
         from mmseg.apis import MMSegInferencer
-        return MMSegInferencer(model=cfg, weights=checkpoint, device=device)
+
+        from mmvit5.utils.palette import usable_palette
+        inferencer = MMSegInferencer(model=cfg, weights=checkpoint, device=device)
+        # the checkpoint's palette, unless the dataset had none and mmseg made one up
+        meta = inferencer.model.dataset_meta
+        meta['palette'] = usable_palette(len(meta['classes']), meta.get('palette'))
+        return inferencer
     raise ValueError(f'{config}: default_scope {cfg.get("default_scope")!r} is neither mmdet '
                      'nor mmseg')
 

@@ -17,6 +17,7 @@ are relative to DATA_ROOT. The run's full config lands in the work dir, ready fo
 tools/test.py. Guide: docs/en/user_guides/custom_dataset.md.
 """
 import argparse
+import os
 import os.path as osp
 
 from mmengine.dist import get_rank
@@ -71,18 +72,22 @@ def finetune_config(args):
     work_dir = args.work_dir or osp.join(
         'work_dirs', f'{osp.splitext(osp.basename(args.config))[0]}_'
         f'{osp.basename(osp.normpath(args.data_root))}')
-    cfg = load_config(args.config, None, work_dir, check_data=False, max_iters=args.iters)
+    # --cfg-options apply before the data too, so that the summary tells what the user's
+    # filter_cfg will do
+    cfg = load_config(args.config, args.cfg_options, work_dir, check_data=False,
+                      max_iters=args.iters)
     if args.task == 'det':
-        classes = use_coco_data(cfg, args.data_root, args.train_ann, args.train_img,
-                                args.val_ann, args.val_img, not args.no_image_check)
+        data = use_coco_data(cfg, args.data_root, args.train_ann, args.train_img,
+                             args.val_ann, args.val_img, not args.no_image_check)
         source = osp.join(args.data_root, args.train_ann)
     else:
-        classes = use_seg_folder(cfg, args.data_root, args.classes, args.train_img,
-                                 args.train_mask, args.val_img, args.val_mask, args.img_suffix,
-                                 args.mask_suffix, args.reduce_zero_label,
-                                 not args.no_mask_check)
+        data = use_seg_folder(cfg, args.data_root, args.classes, args.train_img,
+                              args.train_mask, args.val_img, args.val_mask, args.img_suffix,
+                              args.mask_suffix, args.reduce_zero_label, not args.no_mask_check)
         source = osp.join(args.data_root, args.classes)
-    print(f'[finetune] {len(classes)} classes from {source}: {", ".join(classes)}')
+    print(f'[finetune] {len(data.classes)} classes from {source}: {", ".join(data.classes)}')
+    for line in data.summary:
+        print(f'[finetune] {line}')
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
         check_config(cfg, args.config, check_data=False)
@@ -102,7 +107,15 @@ def main():
     # mmengine's Runner wrote the whole config into the work dir under the recipe's name
     saved = osp.join(cfg.work_dir, osp.basename(args.config))
     last = osp.join(cfg.work_dir, f'iter_{cfg.train_cfg.max_iters}.pth')
-    print(f'[finetune] evaluate with: python tools/test.py {saved} {last}')
+    test = osp.join(osp.dirname(osp.abspath(__file__)), 'test.py')
+    print(f'[finetune] evaluate with: python {" ".join(map(from_here, (test, saved, last)))}')
+
+
+def from_here(path: str) -> str:
+    """``path`` as the user's shell reaches it: relative below the current folder, else
+    absolute."""
+    relative = osp.relpath(path)
+    return osp.abspath(path) if relative.startswith(os.pardir) else relative
 
 
 if __name__ == '__main__':

@@ -164,7 +164,8 @@ def build_part(cfg, part: str, checkpoint: Optional[str] = None) -> nn.Module:
     if part == 'segmentor' and not is_segmentor:
         raise ValueError(f'part {part!r} needs an mmseg config with a decode_head; this config '
                          f'builds a {cfg.model.type}: export part "neck" (backbone + neck) and '
-                         'the heads through mmdeploy (README, "Deployment (ONNX)")')
+                         'the heads through mmdeploy (docs/en/user_guides/onnx.md'
+                         '#mask-r-cnn-heads-the-mmdeploy-route)')
     if is_segmentor:
         from mmseg.registry import MODELS
         from mmseg.utils import register_all_modules

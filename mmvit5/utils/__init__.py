@@ -10,18 +10,22 @@ from .config import (
     load_config,
 )
 from .custom_data import (
+    OwnData,
+    check_coco_categories,
     check_masks,
     coco_classes,
+    coco_summary,
     read_class_file,
     set_num_classes,
     use_coco_data,
     use_seg_folder,
 )
+from .palette import distinct_palette, usable_palette
 from .schedule import fit_schedule
 from .widths import check_widths, shrink_model, sync_widths, width_mismatches
 
-__all__ = ['SCOPES', 'add_runner_args', 'amp_for_device', 'build_runner', 'check_config',
-           'check_masks', 'check_widths', 'coco_classes', 'config_from_args', 'enable_amp',
-           'enable_resume', 'fit_schedule', 'load_config', 'read_class_file',
-           'set_num_classes', 'shrink_model', 'sync_widths', 'use_coco_data',
-           'use_seg_folder', 'width_mismatches']
+__all__ = ['OwnData', 'SCOPES', 'add_runner_args', 'amp_for_device', 'build_runner',
+           'check_coco_categories', 'check_config', 'check_masks', 'check_widths', 'coco_classes',
+           'coco_summary', 'config_from_args', 'distinct_palette', 'enable_amp', 'enable_resume',
+           'fit_schedule', 'load_config', 'read_class_file', 'set_num_classes', 'shrink_model',
+           'sync_widths', 'usable_palette', 'use_coco_data', 'use_seg_folder', 'width_mismatches']

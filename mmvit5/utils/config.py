@@ -3,7 +3,7 @@ import argparse
 import logging
 import os
 import os.path as osp
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import torch
 from mmengine.config import Config, DictAction
@@ -29,10 +29,12 @@ def add_runner_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The config that the options of :func:`add_runner_args` describe."""
+def config_from_args(args: argparse.Namespace,
+                     check_data: Union[bool, Sequence[str]] = True) -> Config:
+    """The config that the options of :func:`add_runner_args` describe; ``check_data`` as in
+    :func:`check_config` (tools/test.py checks the test split only)."""
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    cfg = load_config(args.config, args.cfg_options, args.work_dir,
+    cfg = load_config(args.config, args.cfg_options, args.work_dir, check_data=check_data,
                       max_iters=getattr(args, 'iters', None))
     cfg.launcher = args.launcher
     return cfg
@@ -44,13 +46,15 @@ def build_runner(cfg: Config) -> Runner:
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None,
-                work_dir: Optional[str] = None, check_data: bool = True,
+                work_dir: Optional[str] = None, check_data: Union[bool, Sequence[str]] = True,
                 max_iters: Optional[int] = None) -> Config:
     """Read ``path``, fit its schedule to ``max_iters`` (:func:`fit_schedule`), apply
     ``--cfg-options`` (which win over the fitted schedule), check it, and set ``work_dir``.
 
-    ``work_dir`` defaults to ``work_dirs/<config name>`` as in mmdet/mmseg. A config asking
-    for mmengine's ``AmpOptimWrapper`` gets a substitute on machines without CUDA
+    ``work_dir`` defaults to ``work_dirs/<config name>`` as in mmdet/mmseg. The work dir and
+    the data folders that exist from here become absolute paths, so that the config the runner
+    writes into the work dir runs from any folder (:func:`absolute_data_paths`). A config
+    asking for mmengine's ``AmpOptimWrapper`` gets a substitute on machines without CUDA
     (:func:`amp_for_device`).
     """
     if not osp.isfile(path):
@@ -66,13 +70,44 @@ def load_config(path: str, cfg_options: Optional[dict] = None,
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(path))[0])
+    cfg.work_dir = osp.abspath(cfg.work_dir)
+    absolute_data_paths(cfg)
     return cfg
 
 
-def check_config(cfg: Config, path: str = 'config', check_data: bool = True) -> None:
+def absolute_data_paths(cfg: Config) -> None:
+    """Every dataloader's ``data_root`` and every evaluator's ``ann_file`` that exists relative
+    to the current folder becomes absolute, in place. Paths that do not exist here (checked
+    or not by :func:`check_config`), absolute ones and URLs stay as they are."""
+    def absolute(path):
+        if isinstance(path, str) and path and '://' not in path and not osp.isabs(path) \
+                and osp.exists(path):
+            return osp.abspath(path) + ('/' if path.endswith('/') else '')
+        return path
+
+    for split in ('train', 'val', 'test'):
+        dataset = innermost_dataset((cfg.get(f'{split}_dataloader') or {}).get('dataset') or {})
+        if 'data_root' in dataset:
+            dataset['data_root'] = absolute(dataset['data_root'])
+        evaluators = cfg.get(f'{split}_evaluator') or []
+        for metric in evaluators if isinstance(evaluators, (list, tuple)) else [evaluators]:
+            if 'ann_file' in metric:
+                metric['ann_file'] = absolute(metric['ann_file'])
+
+
+def innermost_dataset(dataset: dict) -> dict:
+    """The dataset inside a loader's ``dataset``, its wrappers taken off."""
+    while 'dataset' in dataset:  # RepeatDataset / ClassBalancedDataset wrappers
+        dataset = dataset['dataset']
+    return dataset
+
+
+def check_config(cfg: Config, path: str = 'config',
+                 check_data: Union[bool, Sequence[str]] = True) -> None:
     """Fail early, with the fix, on mistakes that otherwise surface deep in a run: a missing
     scope or import, channel widths that disagree (:func:`check_widths`) and, with
-    ``check_data``, a missing dataset folder."""
+    ``check_data``, a missing dataset folder: of every split, or of the splits named
+    (``('test',)`` for tools/test.py)."""
     scope = cfg.get('default_scope')
     if scope not in SCOPES:
         raise ValueError(f'{path}: default_scope is {scope!r}; inherit an mmdet, mmseg or '
@@ -88,21 +123,18 @@ def check_config(cfg: Config, path: str = 'config', check_data: bool = True) -> 
                              'allow_failed_imports=False) to the config')
     if 'model' in cfg:
         check_widths(cfg.model, path)
-    if check_data:
-        for split in ('train', 'val', 'test'):
-            _check_data_root(cfg.get(f'{split}_dataloader'), f'{split}_dataloader', path)
+    splits = ('train', 'val', 'test') if check_data is True else check_data or ()
+    for split in splits:
+        _check_data_root(cfg.get(f'{split}_dataloader'), f'{split}_dataloader', path)
 
 
 def _check_data_root(loader: Optional[dict], name: str, path: str) -> None:
-    dataset = (loader or {}).get('dataset') or {}
-    while 'dataset' in dataset:  # RepeatDataset / ClassBalancedDataset wrappers
-        dataset = dataset['dataset']
-    root = dataset.get('data_root')
+    root = innermost_dataset((loader or {}).get('dataset') or {}).get('data_root')
     if root and not osp.isdir(root):
         raise FileNotFoundError(
             f'{path}: {name}.dataset.data_root {root!r} does not exist (cwd {os.getcwd()}). '
             f'Put the dataset there or pass --cfg-options {name}.dataset.data_root=PATH '
-            '(README, "Data")')
+            '(docs/en/user_guides/train_test.md#data)')
 
 
 def enable_amp(cfg: Config) -> None:

@@ -9,15 +9,25 @@ config keeps the recipe's model, pipelines and optimizer.
 """
 import json
 import os.path as osp
-from typing import Sequence, Tuple
+from collections import Counter
+from typing import NamedTuple, Sequence, Tuple
 
 import mmcv
 import numpy as np
 from mmengine.config import Config
 from mmengine.fileio import list_dir_or_file
 
+from .config import innermost_dataset
+from .palette import distinct_palette
+
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
 IGNORE_INDEX = 255  # mmseg's: pixels of this value count for no class
+
+
+class OwnData(NamedTuple):
+    """What :func:`use_coco_data` and :func:`use_seg_folder` found in the files."""
+    classes: Tuple[str, ...]  #: the class names, label 0 first
+    summary: Tuple[str, ...]  #: one line a split: images, objects, what happens to the empty
 
 
 def read_class_file(path: str) -> Tuple[str, ...]:
@@ -46,15 +56,83 @@ def coco_classes(ann_file: str) -> Tuple[str, ...]:
     Args:
         ann_file (str): e.g. ``data/mine/annotations/train.json``.
     """
+    return _coco_names(_read_coco(ann_file), ann_file)
+
+
+def _read_coco(ann_file: str) -> dict:
     if not osp.isfile(ann_file):
         raise FileNotFoundError(f'annotation file {ann_file!r} does not exist; pass the COCO '
                                 'json of the split (--train-ann / --val-ann, relative to the '
                                 'data root)')
     with open(ann_file, encoding='utf-8') as f:
-        categories = json.load(f).get('categories') or []
-    names = tuple(str(c.get('name', '')).strip() for c in categories)
+        return json.load(f)
+
+
+def _coco_names(coco: dict, ann_file: str) -> Tuple[str, ...]:
+    names = tuple(str(c.get('name', '')).strip() for c in coco.get('categories') or [])
     return _checked_names(names, f'{ann_file!r} (its "categories")',
                           'list every class as {"id": ..., "name": ...} in "categories"')
+
+
+def check_coco_categories(coco: dict, ann_file: str) -> None:
+    """Fail on an annotation whose ``category_id`` the json's ``categories`` do not list:
+    mmdet's ``CocoDataset`` would drop that object without a word."""
+    known = sorted(c.get('id') for c in coco.get('categories') or [])
+    unknown = Counter(a.get('category_id') for a in coco.get('annotations') or []
+                      if a.get('category_id') not in known)
+    if unknown:
+        first = next(a for a in coco['annotations'] if a.get('category_id') in unknown)
+        ids = ', '.join(f'{i!r} ({n} annotation{"s" * (n > 1)})' for i, n in unknown.items())
+        raise ValueError(
+            f'{ann_file!r} has annotations with category_id {ids} (first: annotation id '
+            f'{first.get("id")!r} on image {first.get("image_id")!r}), but its "categories" '
+            f'list the ids {known}; mmdet would drop these objects without a word. Add '
+            f'{{"id": {next(iter(unknown))!r}, "name": ...}} to "categories", or correct the '
+            'annotations\' category_id')
+
+
+def coco_summary(coco: dict, split: str, filter_cfg: dict = None) -> str:
+    """One line on a COCO split as mmdet will read it: images, objects, and what happens to
+    the images without objects, the images under ``filter_cfg.min_size`` and the objects
+    mmdet skips (``filter_cfg`` is the training dataset's; a validation split keeps every
+    image, since mmdet filters nothing in test mode)."""
+    images = coco.get('images') or []
+    annotations = coco.get('annotations') or []
+    with_objects = {a.get('image_id') for a in annotations}
+    empty = sum(i.get('id') not in with_objects for i in images)
+    sizes = {i.get('id'): (i.get('width', 0), i.get('height', 0)) for i in images}
+    skipped = sum(1 for a in annotations
+                  if a.get('ignore') or _skipped(a, *sizes.get(a.get('image_id'), (0, 0))))
+    crowd = sum(1 for a in annotations if a.get('iscrowd'))
+    parts = [f'{split}: {len(images)} images, {len(annotations) - skipped} objects']
+    if crowd:
+        parts.append(f'{crowd} of them crowd regions (iscrowd, ignored in the loss)')
+    if skipped:
+        parts.append(f'{skipped} object{"s" * (skipped > 1)} skipped by mmdet (ignore flag, '
+                     'or a box of no area, under 1 px or outside its image)')
+    filter_cfg = filter_cfg or {}
+    if empty:
+        if split != 'train':
+            fate = 'kept (validation and test keep every image)'
+        elif filter_cfg.get('filter_empty_gt'):
+            fate = ('dropped from training by filter_empty_gt (train_dataloader.dataset.'
+                    'filter_cfg; set it False to train on them as background)')
+        else:
+            fate = 'kept as background (filter_empty_gt is off)'
+        parts.append(f'{empty} image{"s" * (empty > 1)} without objects: {fate}')
+    min_size = filter_cfg.get('min_size', 0) if split == 'train' else 0
+    small = sum(1 for i in images if min(i.get('width', 0), i.get('height', 0)) < min_size)
+    if small:
+        parts.append(f'{small} image{"s" * (small > 1)} under filter_cfg.min_size='
+                     f'{min_size} px on a side: dropped from training')
+    return '; '.join(parts)
+
+
+def _skipped(ann: dict, width: int, height: int) -> bool:
+    """Whether mmdet's ``CocoDataset.parse_data_info`` skips this object."""
+    x, y, w, h = ann.get('bbox') or (0, 0, 0, 0)
+    inside = (max(0, min(x + w, width) - max(x, 0)) * max(0, min(y + h, height) - max(y, 0)))
+    return inside == 0 or ann.get('area', 0) <= 0 or w < 1 or h < 1
 
 
 def _checked_names(names: Tuple[str, ...], where: str, fix: str) -> Tuple[str, ...]:
@@ -135,11 +213,12 @@ def _require_dir(path: str, what: str, option: str) -> None:
                                 f'{option}{where}')
 
 
-def check_coco_images(ann_file: str, img_dir: str, option: str) -> int:
-    """Fail unless every image the json lists is in ``img_dir``; returns the image count."""
+def check_coco_images(ann_file: str, img_dir: str, option: str, coco: dict = None) -> int:
+    """Fail unless every image the json lists is in ``img_dir``; returns the image count.
+
+    ``coco`` is the json's content, if it was read already (a COCO train json is ~450 MB)."""
     _require_dir(img_dir, 'image folder', option)
-    with open(ann_file, encoding='utf-8') as f:
-        images = json.load(f).get('images') or []
+    images = (_read_coco(ann_file) if coco is None else coco).get('images') or []
     if not images:
         raise ValueError(f'{ann_file!r} lists no "images"; a COCO json needs one entry per '
                          'image: {"id", "file_name", "height", "width"}')
@@ -162,7 +241,8 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
 
     Args:
         cfg (Config): Changed in place: datasets, evaluators, heads' ``num_classes``.
-        data_root (str): The dataset folder; the other paths are relative to it.
+        data_root (str): The dataset folder; the other paths are relative to it. The config
+            gets it as an absolute path, so that it runs from any folder.
         train_ann (str): Training COCO json, e.g. ``annotations/instances_train2017.json``.
         train_img (str): Folder the training json's file names are relative to.
         val_ann (str): Validation json (also the test split).
@@ -170,30 +250,39 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
         check_images (bool): Check that every listed image is there.
 
     Returns:
-        tuple[str]: The class names, label 0 first.
+        OwnData: The class names, label 0 first, and a summary line a split.
     """
     _require_dir(data_root, 'data root', 'DATA_ROOT')
-    classes = coco_classes(osp.join(data_root, train_ann))
-    val_classes = coco_classes(osp.join(data_root, val_ann))
-    if set(val_classes) != set(classes):
-        raise ValueError(f'the training json has classes {list(classes)} but the validation '
-                         f'json {val_ann!r} has {list(val_classes)}; both need the same '
-                         '"categories"')
-    for ann, img, option in ((train_ann, train_img, '--train-img'),
-                             (val_ann, val_img, '--val-img')):
+    jsons = {}
+    for split, ann in (('train', train_ann), ('val', val_ann)):
+        path = osp.join(data_root, ann)
+        jsons[split] = coco = _read_coco(path)
+        names = _coco_names(coco, path)
+        check_coco_categories(coco, path)
+        if split == 'train':
+            classes = names
+        elif set(names) != set(classes):
+            raise ValueError(f'the training json has classes {list(classes)} but the '
+                             f'validation json {val_ann!r} has {list(names)}; both need the '
+                             'same "categories"')
+    for split, ann, img, option in (('train', train_ann, train_img, '--train-img'),
+                                    ('val', val_ann, val_img, '--val-img')):
         if check_images:
-            check_coco_images(osp.join(data_root, ann), osp.join(data_root, img), option)
+            check_coco_images(osp.join(data_root, ann), osp.join(data_root, img), option,
+                              jsons[split])
     for loader, ann, img in (('train_dataloader', train_ann, train_img),
                              ('val_dataloader', val_ann, val_img),
                              ('test_dataloader', val_ann, val_img)):
-        dataset = _innermost_dataset(cfg, loader)
-        dataset.update(data_root=data_root, ann_file=ann, data_prefix=dict(img=_as_dir(img)),
-                       metainfo=dict(classes=classes))
+        dataset = innermost_dataset(cfg[loader].dataset)
+        dataset.update(data_root=osp.abspath(data_root), ann_file=ann,
+                       data_prefix=dict(img=_as_dir(img)), metainfo=dict(classes=classes))
     for evaluator in ('val_evaluator', 'test_evaluator'):
         for metric in _as_list(cfg.get(evaluator)):
-            metric.ann_file = osp.join(data_root, val_ann)
+            metric.ann_file = osp.abspath(osp.join(data_root, val_ann))
     set_num_classes(cfg.model, len(classes))
-    return classes
+    filter_cfg = innermost_dataset(cfg.train_dataloader.dataset).get('filter_cfg')
+    return OwnData(classes, tuple(coco_summary(jsons[split], split, filter_cfg)
+                                  for split in ('train', 'val')))
 
 
 def seg_pairs(img_dir: str, mask_dir: str, img_suffix: str, mask_suffix: str,
@@ -218,14 +307,16 @@ def seg_pairs(img_dir: str, mask_dir: str, img_suffix: str, mask_suffix: str,
     return pairs
 
 
-def check_masks(masks: Sequence[str], num_classes: int, reduce_zero_label: bool) -> None:
+def check_masks(masks: Sequence[str], num_classes: int, reduce_zero_label: bool) -> int:
     """Fail on a mask mmseg would misread: not one channel, or a value that is no label.
+    Returns how many masks label no pixel at all (only ignored values).
 
     Masks are read as mmseg's ``LoadAnnotations`` reads them (pillow, unchanged: a palette PNG
     gives its indices). Labels are ``0 .. num_classes - 1``, or with ``reduce_zero_label``
     ``1 .. num_classes`` (0 is then ignored); 255 is ignored either way.
     """
     low, high = (1, num_classes) if reduce_zero_label else (0, num_classes - 1)
+    unlabelled = 0
     for path in masks:
         mask = mmcv.imread(path, flag='unchanged', backend='pillow')
         if mask.ndim != 2:
@@ -233,6 +324,7 @@ def check_masks(masks: Sequence[str], num_classes: int, reduce_zero_label: bool)
                              'class index a pixel from single-channel (grayscale or palette) '
                              'PNGs: convert colour masks to indices')
         values = np.unique(mask)
+        unlabelled += not np.any((values >= low) & (values <= high))
         bad = values[((values < low) | (values > high)) & (values != IGNORE_INDEX)]
         if reduce_zero_label:
             bad = bad[bad != 0]
@@ -245,6 +337,7 @@ def check_masks(masks: Sequence[str], num_classes: int, reduce_zero_label: bool)
                 'class names to the class file'
                 + ('' if reduce_zero_label else ', or pass --reduce-zero-label if 0 marks '
                    'unlabelled pixels and classes start at 1'))
+    return unlabelled
 
 
 def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: str,
@@ -257,7 +350,8 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         cfg (Config): Changed in place: datasets (mmseg's ``BaseSegDataset``), the
             ``LoadAnnotations`` of every pipeline (left to the dataset's
             ``reduce_zero_label``), heads' ``num_classes``.
-        data_root (str): The dataset folder; the other paths are relative to it.
+        data_root (str): The dataset folder; the other paths are relative to it (absolute in
+            the config, as above).
         classes_file (str): One class name a line, label 0 first.
         train_img (str): Training images, e.g. ``img_dir/train``.
         train_mask (str): Their masks, same names, e.g. ``ann_dir/train``.
@@ -270,37 +364,38 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         check (bool): Read every mask and check its values (one pass over the masks).
 
     Returns:
-        tuple[str]: The class names, label 0 first.
+        OwnData: The class names, label 0 first, and a summary line a split.
     """
     _require_dir(data_root, 'data root', 'DATA_ROOT')
     classes = read_class_file(osp.join(data_root, classes_file))
-    for img, mask, img_option, mask_option in (
-            (train_img, train_mask, '--train-img', '--train-mask'),
-            (val_img, val_mask, '--val-img', '--val-mask')):
+    summary = []
+    for split, img, mask, img_option, mask_option in (
+            ('train', train_img, train_mask, '--train-img', '--train-mask'),
+            ('val', val_img, val_mask, '--val-img', '--val-mask')):
         pairs = seg_pairs(osp.join(data_root, img), osp.join(data_root, mask), img_suffix,
                           mask_suffix, img_option, mask_option)
+        line = f'{split}: {len(pairs)} images'
         if check:
-            check_masks([m for _, m in pairs], len(classes), reduce_zero_label)
+            empty = check_masks([m for _, m in pairs], len(classes), reduce_zero_label)
+            if empty:
+                line += (f'; {empty} mask{"s" * (empty > 1)} without a labelled pixel (only '
+                         'ignored values): kept, adding nothing to the loss or the score')
+        summary.append(line)
     for loader, img, mask in (('train_dataloader', train_img, train_mask),
                               ('val_dataloader', val_img, val_mask),
                               ('test_dataloader', val_img, val_mask)):
-        dataset = _innermost_dataset(cfg, loader)
-        dataset.update(type='BaseSegDataset', data_root=data_root,
+        dataset = innermost_dataset(cfg[loader].dataset)
+        dataset.update(type='BaseSegDataset', data_root=osp.abspath(data_root),
                        data_prefix=dict(img_path=img, seg_map_path=mask),
                        img_suffix=img_suffix, seg_map_suffix=mask_suffix,
-                       reduce_zero_label=reduce_zero_label, metainfo=dict(classes=classes))
+                       reduce_zero_label=reduce_zero_label,
+                       # mmseg would make up random colours, for 2 classes two greens
+                       metainfo=dict(classes=classes, palette=distinct_palette(len(classes))))
         for step in dataset.pipeline:
             if step.type == 'LoadAnnotations':  # then it follows the dataset's (mmseg's way)
                 step.pop('reduce_zero_label', None)
     set_num_classes(cfg.model, len(classes))
-    return classes
-
-
-def _innermost_dataset(cfg: Config, loader: str) -> dict:
-    dataset = cfg[loader].dataset
-    while 'dataset' in dataset:  # RepeatDataset / ClassBalancedDataset wrappers
-        dataset = dataset.dataset
-    return dataset
+    return OwnData(classes, tuple(summary))
 
 
 def _as_dir(path: str) -> str:

@@ -4,6 +4,7 @@ from .distributed_hooks import (
                                 check_same_on_all_ranks,
 )
 from .rng_state_hook import RNGStateHook
+from .show_dir_hook import ShowDirHook
 
-__all__ = ['RNGStateHook', 'StateDictConsistencyHook', 'WorldSizeChangeHook',
+__all__ = ['RNGStateHook', 'ShowDirHook', 'StateDictConsistencyHook', 'WorldSizeChangeHook',
            'check_same_on_all_ranks']
