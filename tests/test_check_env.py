@@ -89,3 +89,17 @@ def test_runtime_package_imports_no_tool_code():
                          text=True, check=True).stdout
     assert out.strip() == '[]'
     assert not osp.exists(osp.join(REPO, 'mmvit5', 'benchmark'))
+
+
+def test_triton_launcher_needs_are_checked_where_triton_runs(monkeypatch, tmp_path):
+    """Without a C compiler Triton cannot build its launcher: check_env names the fix
+    (install gcc, or MMVIT5_TRITON=0) wherever the kernels will be compiled."""
+    import check_env
+    assert check_env.triton_build_problems(False) == []
+    assert not any('C compiler' in p for p in check_env.triton_build_problems(True))
+    monkeypatch.delenv('CC', raising=False)
+    monkeypatch.setenv('PATH', str(tmp_path))  # no compiler on it
+    found = check_env.triton_build_problems(True)
+    assert len(found) == 1 and 'no C compiler' in found[0] and 'MMVIT5_TRITON=0' in found[0]
+    monkeypatch.setenv('MMVIT5_TRITON', '0')
+    assert not check_env.triton_will_run()

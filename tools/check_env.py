@@ -12,7 +12,9 @@ import argparse
 import importlib
 import os
 import re
+import shutil
 import sys
+import sysconfig
 from importlib import metadata
 from typing import List, Sequence
 
@@ -138,6 +140,40 @@ def problems(repo: str, mmcv_ops: str, extras: Sequence[str]) -> list:
     return found
 
 
+def triton_will_run() -> bool:
+    """Whether mmvit5's Triton kernels will be compiled here (``MMVIT5_TRITON``, as
+    ``mmvit5.models.layers.kernels.dispatch`` reads it): on CUDA, or forced, not interpreted."""
+    flag = os.environ.get('MMVIT5_TRITON', '')
+    if flag == '0' or os.environ.get('TRITON_INTERPRET', '0') not in ('', '0'):
+        return False
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return flag == '1' or torch.cuda.is_available()
+
+
+def triton_build_problems(will_run: bool) -> list:
+    """What Triton needs to build its kernel launcher, where its kernels will run: a C
+    compiler and ``Python.h``. Without them the first forward warns and mmvit5 falls back to
+    the PyTorch path (slower), so the fix is named here, before a run."""
+    if not will_run:
+        return []
+    found = []
+    fallback = 'or set MMVIT5_TRITON=0 to run the PyTorch path'
+    compiler = os.environ.get('CC') or next(
+        (shutil.which(c) for c in ('cc', 'gcc', 'clang') if shutil.which(c)), None)
+    if not compiler:
+        found.append('Triton finds no C compiler to build its kernel launcher (CC unset, no '
+                     f'cc/gcc/clang on PATH): install gcc (apt-get install gcc) {fallback}')
+    header = os.path.join(sysconfig.get_paths()['include'], 'Python.h')
+    if not os.path.exists(header):
+        found.append(f'Triton needs {header} to build its kernel launcher: install the Python '
+                     f'development headers (apt-get install python3-dev) {fallback}')
+    return found
+
+
 # what a test run states first, so that a failure read later says which stack failed
 STACK = ('torch', 'torchvision', 'triton', 'mmcv', 'mmcv-lite', 'mmengine', 'mmdet',
          'mmsegmentation', 'mmpretrain', 'onnxruntime', 'numpy')
@@ -187,7 +223,8 @@ def main() -> int:
     elif args.mmcv_only:
         found = mmcv_problems(args.mmcv_ops)
     else:
-        found = problems(args.repo, args.mmcv_ops, extras)
+        found = problems(args.repo, args.mmcv_ops, extras) + \
+            triton_build_problems(triton_will_run())
     if not args.quiet:
         for line in found:
             print(f'[check_env] {line}')

@@ -66,29 +66,26 @@ def window_kernel(attn_impl: str, mode: ExecutionMode) -> str:
 
 
 class ExecutionPlan(NamedTuple):
-    """How one forward runs (:func:`make_plan`).
-
-    Attributes:
-        device (str): Device type of the input ('cuda', 'cpu', ...).
-        mode (ExecutionMode): Eager, compiling or exporting: the code that makes the plan
-            (with ``compile_blocks`` the blocks are compiled under an eager caller).
-        autocast (torch.dtype, optional): autocast's dtype on ``device``, None without.
-        triton (bool): The fused ops run their Triton kernels (else the PyTorch path).
-        window_kernel (str): What windowed blocks run, ``'flex'`` or ``'sdpa'``.
-        attend (str): Attention of a window or a global block, ``'sdpa'`` or ``'math'``.
-        grad (bool): Gradients are on.
-        checkpoint (str, optional): Activation checkpointing of the blocks this forward
-            (``'torch'`` | ``'fairscale'``), None without.
-        compile_blocks (bool): The blocks run as compiled graphs.
-    """
+    """How one forward runs (:func:`make_plan`)."""
+    #: Device type of the input ('cuda', 'cpu', ...).
     device: str
+    #: Eager, compiling or exporting: the code that makes the plan (with ``compile_blocks``
+    #: the blocks are compiled under an eager caller).
     mode: ExecutionMode
+    #: autocast's dtype on ``device``, None without autocast.
     autocast: Optional[torch.dtype]
+    #: The fused ops run their Triton kernels (else the PyTorch path).
     triton: bool
+    #: What windowed blocks run, ``'flex'`` or ``'sdpa'``.
     window_kernel: str
+    #: Attention of a window or a global block, ``'sdpa'`` or ``'math'``.
     attend: str
+    #: Gradients are on.
     grad: bool
+    #: Activation checkpointing of the blocks this forward (``'torch'`` | ``'fairscale'``),
+    #: None without.
     checkpoint: Optional[str]
+    #: The blocks run as compiled graphs.
     compile_blocks: bool
 
     @property
