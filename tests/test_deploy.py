@@ -1,12 +1,16 @@
 """ONNX export (mmvit5/deploy, tools/export_onnx.py): graphs run in ONNX Runtime and equal
 PyTorch, at the export size and, for dynamic graphs, at others."""
+import os.path as osp
+import re
+
+import cv2
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 from mmengine.config import Config
 
-from conftest import config, run_tool, tool
+from conftest import REPO, config, run_tool, tool
 from mmvit5.deploy import (
     MatmulAdaptiveAvgPool2d,
     build_part,
@@ -94,7 +98,7 @@ def test_maskrcnn_backbone_and_neck_dynamic_onnx_equals_pytorch(tmp_path):
 
 
 @pytest.mark.slow  # exports to ONNX
-def test_export_tool_upernet_image_to_logits_dynamic(tmp_path):
+def test_export_tool_upernet_image_to_logits_dynamic(tmp_path, monkeypatch):
     out = tmp_path / 'upernet.onnx'
     output = run_tool([*tool('export_onnx.py'), config('toy/vit5-tiny_upernet_shapes.py'),
                        '--shape', '64', '96', '--dynamic', '--out', str(out), '--rounds', '1',
@@ -112,10 +116,18 @@ def test_export_tool_upernet_image_to_logits_dynamic(tmp_path):
         row = next(line for line in output.splitlines() if line.startswith(f'| {size} | '))
         assert float(row.split('|')[2]) <= 1e-4 and row.endswith('| yes |'), row
     assert 'ORT / PyTorch' in output
-    session = ort_session(str(out))
-    image = example_input((1, 3, 101, 75), 'segmentor').numpy()
-    logits = session.run(['logits'], {'image': image})[0]
-    assert logits.shape == (1, 150, 101, 75) and np.std(logits) > 1e-3
+    # the guide's ONNX Runtime snippet, on this graph and an image of a side it pads
+    with open(osp.join(REPO, 'docs', 'en', 'user_guides', 'onnx.md')) as f:
+        snippet = re.search(r'^```python\n(.*?)^```', f.read(), re.DOTALL | re.MULTILINE)[1]
+    assert 'work_dirs/onnx/vit5_upernet_ade20k_segmentor.onnx' in snippet
+    snippet = snippet.replace('work_dirs/onnx/vit5_upernet_ade20k_segmentor.onnx', str(out))
+    cv2.imwrite(str(tmp_path / 'demo.jpg'), np.random.default_rng(0).integers(
+        0, 256, (101, 75, 3), dtype=np.uint8))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(snippet, 'onnx.md', 'exec'), namespace)
+    assert namespace['logits'].shape == (1, 150, 101, 75) and np.std(namespace['logits']) > 1e-3
+    assert namespace['labels'].shape == (101, 75)
 
 
 @pytest.mark.slow  # exports to ONNX
