@@ -10,11 +10,9 @@ import os
 import os.path as osp
 import sys
 
-import cv2
-from mmengine.config import Config
-
 
 def build_inferencer(config: str, checkpoint: str, device: str):
+    from mmengine.config import Config  # here, not at the top: --help needs no torch
     cfg = Config.fromfile(config)
     if cfg.get('default_scope') == 'mmdet':
         from mmdet.apis import DetInferencer
@@ -40,6 +38,7 @@ def main() -> None:
         if not osp.isfile(path):
             parser.error(f'{path} does not exist')
     inferencer = build_inferencer(args.config, args.checkpoint, args.device)
+    import cv2
     os.makedirs(args.out_dir, exist_ok=True)
     kwargs = dict(pred_score_thr=args.score_thr) if 'Det' in type(inferencer).__name__ else {}
     for i, image in enumerate(args.images):

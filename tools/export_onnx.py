@@ -17,24 +17,11 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
-import torch
+from cli_options import add_cfg_options
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
-
-from mmengine.config import Config, DictAction  # noqa: E402
-
-from benchmarks.core import Setup, forward_step  # noqa: E402
-from benchmarks.timing import interleaved_latencies  # noqa: E402
-from mmvit5.deploy import (  # noqa: E402
-    PARTS,
-    build_part,
-    errors_at,
-    example_input,
-    export_onnx,
-    ort_session,
-)
-from mmvit5.deploy.onnx import run_session  # noqa: E402
+PARTS = ('backbone', 'neck', 'segmentor')  # mmvit5.deploy.PARTS, which build_part checks
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -63,9 +50,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='largest allowed |ORT - PyTorch| (float32)')
     parser.add_argument('--rounds', type=int, default=5,
                         help='alternated timing rounds of ORT and PyTorch (0: no timing)')
-    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries, e.g. model.backbone.arch=small')
+    parser.add_argument('--threads', type=int, help='default: torch\'s intra-op threads')
+    add_cfg_options(parser, 'model.backbone.arch=small')
     return parser.parse_args(argv)
 
 
@@ -93,9 +79,17 @@ def check_shapes(args: argparse.Namespace, shape: Tuple[int, int]) -> List[Tuple
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
     if not os.path.isfile(args.config):
         raise SystemExit(f'config {args.config!r} does not exist')
+    import torch  # after parsing: --help needs none of these
+    from mmengine.config import Config
+
+    from benchmarks.core import Setup, forward_step
+    from benchmarks.timing import interleaved_latencies
+    from mmvit5.deploy import build_part, errors_at, example_input, export_onnx, ort_session
+    from mmvit5.deploy.onnx import run_session
+    args.threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(args.threads)
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

@@ -8,7 +8,7 @@ import json
 import numbers
 import os.path as osp
 
-from mmvit5.utils import add_runner_args, build_runner, config_from_args
+from cli_options import add_runner_args
 
 
 def parse_args():
@@ -32,6 +32,7 @@ def enable_visualization(cfg, show_dir: str) -> None:
 
 def main():
     args = parse_args()
+    from mmvit5.utils import build_runner, config_from_args  # after parsing: --help needs no torch
     if not osp.isfile(args.checkpoint):
         raise FileNotFoundError(f'checkpoint {args.checkpoint!r} does not exist')
     cfg = config_from_args(args)

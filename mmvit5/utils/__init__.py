@@ -1,6 +1,5 @@
 from .config import (
     SCOPES,
-    add_runner_args,
     amp_for_device,
     build_runner,
     check_config,
@@ -20,7 +19,7 @@ from .custom_data import (
 from .schedule import fit_schedule
 from .widths import check_widths, shrink_model, sync_widths, width_mismatches
 
-__all__ = ['SCOPES', 'add_runner_args', 'amp_for_device', 'build_runner', 'check_config',
+__all__ = ['SCOPES', 'amp_for_device', 'build_runner', 'check_config',
            'check_masks', 'check_widths', 'coco_classes', 'config_from_args', 'enable_amp',
            'enable_resume', 'fit_schedule', 'load_config', 'read_class_file',
            'set_num_classes', 'shrink_model', 'sync_widths', 'use_coco_data',
