@@ -13,6 +13,8 @@ import sys
 
 def build_inferencer(config: str, checkpoint: str, device: str):
     from mmengine.config import Config  # here, not at the top: --help needs no torch
+
+    import mmvit5  # noqa: F401  its patches first (mmvit5.compat): no pkg_resources warning
     cfg = Config.fromfile(config)
     if cfg.get('default_scope') == 'mmdet':
         from mmdet.apis import DetInferencer

@@ -65,6 +65,8 @@ def curve(name: str, work_dir: str, iters: int) -> dict:
     """One model's row of the results file: its metrics in percent at every validation."""
     spec = RUNS[name]
     from mmengine.config import Config  # here, not at the top: --help needs no torch
+
+    import mmvit5  # noqa: F401  its patches first (mmvit5.compat): no pkg_resources warning
     loader = Config.fromfile(osp.join(REPO, spec.config)).train_dataloader
     records = val_records(work_dir, list(spec.metrics))
     return dict(model=spec.title, iters=iters, batch=loader.batch_size, chance=spec.chance,
