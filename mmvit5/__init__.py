@@ -7,8 +7,9 @@ installed upstream versions have its bug: mmengine's own checkpoints loadable un
 ``weights_only=True``, mmengine's package look-ups without ``pkg_resources``, crash-safe
 checkpoint writes, mmengine's distributed launcher on CPU-only machines (gloo), mmcv's RoIAlign
 on channels-last maps (``MMVIT5_DISABLE_PATCHES=name,...`` or ``all`` turns them off).
-Where mmcv has no compiled ops, its ``mmcv._ext`` is served from torchvision (:mod:`mmvit5.ops`); the installed ``.pth``
-start-up file does the same for processes that never import mmvit5.
+Where mmcv has no compiled ops, its ``mmcv._ext`` is served from torchvision
+(:mod:`mmvit5.ops`); the installed ``.pth`` start-up file does the same for processes that
+never import mmvit5.
 """
 from .ops import install_hook
 
