@@ -4,11 +4,12 @@ Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers th
 neck and optimizer constructor in MMEngine's registries, which mmdet, mmseg and mmpretrain
 inherit from. It also applies the patches of :mod:`mmvit5.compat`, each only where the
 installed upstream versions have its bug: mmengine's own checkpoints loadable under
-``weights_only=True``, crash-safe checkpoint writes, mmengine's distributed launcher on
-CPU-only machines (gloo), mmcv's RoIAlign on channels-last maps
-(``MMVIT5_DISABLE_PATCHES=name,...`` or ``all`` turns them off). Where mmcv has no compiled
-ops, its ``mmcv._ext`` is served from torchvision (:mod:`mmvit5.ops`); the installed ``.pth``
-start-up file does the same for processes that never import mmvit5.
+``weights_only=True``, mmengine's package look-ups without ``pkg_resources``, crash-safe
+checkpoint writes, mmengine's distributed launcher on CPU-only machines (gloo), mmcv's RoIAlign
+on channels-last maps (``MMVIT5_DISABLE_PATCHES=name,...`` or ``all`` turns them off).
+Where mmcv has no compiled ops, its ``mmcv._ext`` is served from torchvision
+(:mod:`mmvit5.ops`); the installed ``.pth`` start-up file does the same for processes that
+never import mmvit5.
 """
 from .ops import install_hook
 

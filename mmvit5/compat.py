@@ -190,6 +190,59 @@ def allow_mmengine_checkpoints() -> None:
 
 
 @upstream_patch('mmengine>=0.10.0,<=0.10.7',
+                reason="mmengine's is_installed and get_installed_path, which resolve the "
+                '`mmdet::` and `mmseg::` bases of every recipe, import pkg_resources: a '
+                'deprecation warning on each config load (pkg_resources leaves setuptools in '
+                '81); importlib.metadata gives the same answers')
+def installed_packages_without_pkg_resources() -> None:
+    """Answer mmengine's "is this package installed, and where" from importlib.metadata.
+
+    mmengine 0.10's ``is_installed`` imports and reloads ``pkg_resources`` on every call and
+    ``get_installed_path`` imports it, so each config with a package-scoped base logs
+    setuptools' "pkg_resources is deprecated as an API" warning (twice), and both fail where
+    setuptools no longer ships it. The replacements keep mmengine's results: a distribution of
+    that name, else an importable module of that name; the path is the module's folder.
+    ``mmengine.config.config`` and ``mmengine.hub.hub`` bound the functions by name, so they
+    are replaced there too.
+    """
+    for module_name in ('mmengine.utils', 'mmengine.utils.package_utils',
+                        'mmengine.config.config', 'mmengine.hub.hub'):
+        module = importlib.import_module(module_name)
+        for name, function in (('is_installed', _is_installed),
+                               ('get_installed_path', _installed_path)):
+            if hasattr(module, name):
+                setattr(module, name, function)
+
+
+def _is_installed(package: str) -> bool:
+    """mmengine's ``is_installed``: a distribution named ``package``, or a module."""
+    try:
+        importlib.metadata.distribution(package)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        spec = importlib.util.find_spec(package)
+        return spec is not None and spec.origin is not None
+
+
+def _installed_path(package: str) -> str:
+    """mmengine's ``get_installed_path``: the folder of the module that ``package``
+    installs (``mmcv`` for the distribution ``mmcv-full``)."""
+    names = [package]
+    try:
+        top_level = importlib.metadata.distribution(package).read_text('top_level.txt')
+        names += (top_level or '').split()
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for name in names:
+        spec = importlib.util.find_spec(name.replace('-', '_'))
+        if spec is not None and spec.origin is not None:
+            return os.path.dirname(spec.origin)
+    raise importlib.metadata.PackageNotFoundError(
+        f'{package}: no installed distribution or importable module of that name (a namespace '
+        'package has no single folder)')
+
+
+@upstream_patch('mmengine>=0.10.0,<=0.10.7',
                 reason="mmengine's pytorch launcher calls torch.cuda.set_device and gives DDP "
                 'device_ids whether or not CUDA exists, so CPU-only (gloo) runs fail')
 def allow_cpu_distributed() -> None:

@@ -144,6 +144,21 @@ def skip_unimportable_multimodal(work_dir: str) -> None:
     import mmdet.models  # noqa: F401
 
 
+def installed_packages_without_pkg_resources(work_dir: str) -> None:
+    """A recipe's ``mmdet::`` base resolves without setuptools' pkg_resources warning."""
+    import warnings
+
+    from mmengine.config import Config
+    path = os.path.join(work_dir, 'scoped.py')
+    os.makedirs(work_dir, exist_ok=True)
+    with open(path, 'w') as f:
+        f.write("_base_ = ['mmdet::_base_/default_runtime.py']\n")
+    with warnings.catch_warnings():
+        warnings.filterwarnings('error', message='pkg_resources is deprecated')
+        cfg = Config.fromfile(path)
+    assert cfg.default_scope == 'mmdet', cfg.default_scope
+
+
 if __name__ == '__main__':
     name, work_dir = sys.argv[1:]
     globals()[name](work_dir)

@@ -173,6 +173,9 @@ UPSTREAM_ERRORS = {
     'crash_safe_checkpoints': r"FileNotFoundError: .*iter_1\.pth",
     'contiguous_roi_align': 'Tensor-likes are not close',
     'skip_unimportable_multimodal': 'NoneType takes no arguments',
+    # setuptools < 81 warns; from 81 on it has no pkg_resources at all
+    'installed_packages_without_pkg_resources':
+        r"(pkg_resources is deprecated|No module named 'pkg_resources')",
 }
 
 

@@ -17,21 +17,8 @@ import os.path as osp
 import sys
 import time
 
-from mmengine.config import Config
-
-from make_toy_data import make_dataset
-
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
-
-from benchmarks.ablation import (  # noqa: E402
-    BASELINE,
-    ablation_configs,
-    markdown_table,
-    run_study,
-    summarize,
-    switch_override,
-)
 
 TASKS = {  # recipe, toy config, the metric the table reports
     'upernet': ('vit5_upernet_ade20k', 'configs/toy/vit5-tiny_upernet_shapes.py', 'mIoU'),
@@ -61,6 +48,17 @@ def parse_args():
 
 def main() -> None:
     args = parse_args()
+    from mmengine.config import Config  # after parsing: --help needs none of these
+
+    from benchmarks.ablation import (
+        BASELINE,
+        ablation_configs,
+        markdown_table,
+        run_study,
+        summarize,
+        switch_override,
+    )
+    from make_toy_data import make_dataset
     recipe, toy, metric = TASKS[args.task]
     available = ablation_configs(osp.join(REPO, 'configs'), recipe)
     names = list(available) if args.variants == 'all' else \

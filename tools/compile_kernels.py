@@ -16,13 +16,6 @@ import sys
 # the kernels must be decorated for the compiler, not for the interpreter
 os.environ.pop('TRITON_INTERPRET', None)
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # benchmarks/ beside tools/
-from benchmarks.kernel_compile import (  # noqa: E402
-    MODES,
-    SHARED_LIMIT,
-    compile_block_kernels,
-    compiled_table,
-)
-from benchmarks.results import machine, write_results  # noqa: E402
 
 
 def ints(text: str) -> list:
@@ -32,12 +25,22 @@ def ints(text: str) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--archs', type=ints, default=[80, 90],
-                        help=f'CUDA compute capabilities x 10, of {sorted(SHARED_LIMIT)}')
+                        help='CUDA compute capabilities x 10 (an unknown one is refused with '
+                        'the list)')
     parser.add_argument('--widths', type=ints, default=[384, 768, 1024],
                         help='ViT5 embed_dim (ViT5-S/B/L), 64-wide heads')
-    parser.add_argument('--modes', default=','.join(MODES), help=f'comma list of {list(MODES)}')
+    parser.add_argument('--modes', help='comma list of float32, bf16 autocast, fp16 '
+                        'autocast, bfloat16 (default: all)')
     parser.add_argument('--json', help='write every compiled kernel here')
     args = parser.parse_args()
+    from benchmarks.kernel_compile import (  # after parsing: --help needs none of these
+        MODES,
+        SHARED_LIMIT,
+        compile_block_kernels,
+        compiled_table,
+    )
+    from benchmarks.results import machine, write_results
+    args.modes = args.modes or ','.join(MODES)
     unknown = [a for a in args.archs if a not in SHARED_LIMIT]
     modes = args.modes.split(',')
     if unknown or set(modes) - set(MODES):

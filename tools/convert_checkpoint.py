@@ -14,21 +14,21 @@ import os
 import sys
 import time
 
-import torch
-
-from mmvit5.checkpoint import (
-    check_vit5_state,
-    describe_state,
-    extract_state_dict,
-    read_checkpoint,
-    square_grid,
-)
-from mmvit5.models.layers.pos_embed import resize_pos_embed
-from mmvit5.utils.atomic_file import atomic_open
-
 
 def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
             patch_size=16) -> dict:
+    import torch  # here, not at the top: --help needs no torch
+
+    from mmvit5.checkpoint import (
+        check_vit5_state,
+        describe_state,
+        extract_state_dict,
+        read_checkpoint,
+        square_grid,
+    )
+    from mmvit5.models.layers.pos_embed import resize_pos_embed
+    from mmvit5.utils.atomic_file import atomic_open
+
     def step(message):
         print(f'[convert] {message}', file=sys.stderr)
 

@@ -12,11 +12,11 @@ import os
 import os.path as osp
 import sys
 
-import cv2
-from mmengine.config import Config
-
 
 def build_inferencer(config: str, checkpoint: str, device: str):
+    from mmengine.config import Config  # here, not at the top: --help needs no torch
+
+    import mmvit5  # noqa: F401  its patches first (mmvit5.compat): no pkg_resources warning
     cfg = Config.fromfile(config)
     if cfg.get('default_scope') == 'mmdet':
         from mmdet.apis import DetInferencer
@@ -48,6 +48,7 @@ def main() -> None:
         if not osp.isfile(path):
             parser.error(f'{path} does not exist')
     inferencer = build_inferencer(args.config, args.checkpoint, args.device)
+    import cv2
     os.makedirs(args.out_dir, exist_ok=True)
     kwargs = dict(pred_score_thr=args.score_thr) if 'Det' in type(inferencer).__name__ else {}
     for i, image in enumerate(args.images):

@@ -12,15 +12,10 @@ import argparse
 import os.path as osp
 import sys
 
-import torch
-from mmengine.config import DictAction
-
-from mmvit5.utils import load_config, shrink_model
+from cli_options import add_cfg_options
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
-
-from benchmarks.dry_run import dry_run, report  # noqa: E402
 
 
 def main() -> None:
@@ -28,11 +23,16 @@ def main() -> None:
     parser.add_argument('config')
     parser.add_argument('--shrink', action='store_true',
                         help='tiny backbone and heads (smoke check; costs are not the config\'s)')
-    parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    parser.add_argument('--device', help='default: cuda when there is one, else cpu')
     parser.add_argument('--warmup', type=int, default=None,
                         help='untimed steps first (default: 1 on CUDA, 0 on CPU)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    add_cfg_options(parser, 'model.backbone.arch=small')
     args = parser.parse_args()
+    import torch  # after parsing: --help needs none of these
+
+    from benchmarks.dry_run import dry_run, report
+    from mmvit5.utils import load_config, shrink_model
+    args.device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     cfg = load_config(args.config, args.cfg_options, check_data=False)
     if args.shrink:
         shrink_model(cfg.model)

@@ -17,26 +17,11 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
-import torch
+from cli_options import add_cfg_options
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
-
-from mmengine.config import Config, DictAction  # noqa: E402
-
-from benchmarks.core import Setup, forward_step  # noqa: E402
-from benchmarks.timing import interleaved_latencies  # noqa: E402
-from mmvit5.deploy import (  # noqa: E402
-    PARTS,
-    build_part,
-    check_sides,
-    coarsest_stride,
-    errors_at,
-    example_input,
-    export_onnx,
-    ort_session,
-)
-from mmvit5.deploy.onnx import run_session  # noqa: E402
+PARTS = ('backbone', 'neck', 'segmentor')  # mmvit5.deploy.PARTS, which build_part checks
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -51,22 +36,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         help='export size (default: the data preprocessor\'s size, else 512 512)')
     parser.add_argument('--batch', type=int, default=1, help='batch, fixed in the graph')
     parser.add_argument('--dynamic', action='store_true',
-                        help='symbolic H and W (multiples of --size-divisor)')
+                        help='symbolic H and W: any side from 2 to 4096')
     parser.add_argument('--size-divisor', type=int,
-                        help='dynamic sides are multiples of it, from twice it (default: the '
+                        help='the graph pads the image to multiples of it (default: the '
                         'coarsest stride of the exported maps: 16 backbone, 64 Mask R-CNN neck, '
                         '32 UperNet)')
     parser.add_argument('--out', help='ONNX file (default work_dirs/onnx/<config>_<part>.onnx)')
     parser.add_argument('--check-shapes',
                         help='comma list of HxW to compare at (default: the export size, and '
-                        'with --dynamic two more)')
+                        'with --dynamic two more, with sides that are not multiples of '
+                        '--size-divisor)')
     parser.add_argument('--atol', type=float, default=1e-4,
                         help='largest allowed |ORT - PyTorch| (float32)')
     parser.add_argument('--rounds', type=int, default=5,
                         help='alternated timing rounds of ORT and PyTorch (0: no timing)')
-    parser.add_argument('--threads', type=int, default=torch.get_num_threads())
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries, e.g. model.backbone.arch=small')
+    parser.add_argument('--threads', type=int, help='default: torch\'s intra-op threads')
+    add_cfg_options(parser, 'model.backbone.arch=small')
     return parser.parse_args(argv)
 
 
@@ -80,13 +65,13 @@ def check_shapes(args: argparse.Namespace, shape: Tuple[int, int]) -> List[Tuple
     if args.check_shapes:
         sides = [tuple(int(v) for v in spec.split('x')) for spec in args.check_shapes.split(',')]
     else:
+        # the graph pads inside: check sides it must pad (mmseg's 303x384 and 400x600 scaled
+        # to the divisor), where a graph that only took multiples went wrong
         d = args.size_divisor
-        sides = [shape] + ([(shape[0] + d, shape[1] + 2 * d), (2 * d, 3 * d)]
-                           if args.dynamic else [])
+        sides = [shape] + ([(shape[0] + d + d // 3, shape[1] + 2 * d - 1),
+                            (3 * d + 5, 2 * d + 3 * d // 4)] if args.dynamic else [])
     for side in sides:
-        if args.dynamic:
-            check_sides(side, args.size_divisor)
-        elif tuple(side) != tuple(shape):
+        if not args.dynamic and tuple(side) != tuple(shape):
             raise SystemExit(f'--check-shapes {side[0]}x{side[1]}: a static graph only takes '
                              f'{shape[0]}x{shape[1]}; export with --dynamic to check others')
     return [(args.batch, 3, *side) for side in sides]
@@ -94,9 +79,17 @@ def check_shapes(args: argparse.Namespace, shape: Tuple[int, int]) -> List[Tuple
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
     if not os.path.isfile(args.config):
         raise SystemExit(f'config {args.config!r} does not exist')
+    import torch  # after parsing: --help needs none of these
+    from mmengine.config import Config
+
+    from benchmarks.core import Setup, forward_step
+    from benchmarks.timing import interleaved_latencies
+    from mmvit5.deploy import build_part, errors_at, example_input, export_onnx, ort_session
+    from mmvit5.deploy.onnx import run_session
+    args.threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(args.threads)
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)
@@ -105,20 +98,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = os.path.splitext(os.path.basename(args.config))[0]
     out = args.out or os.path.join('work_dirs', 'onnx', f'{name}_{part}.onnx')
 
-    model = build_part(cfg, part, args.checkpoint)
+    model = build_part(cfg, part, args.checkpoint, args.size_divisor)
+    args.size_divisor = model.size_divisor
     x = example_input((args.batch, 3, *shape), part)
-    args.size_divisor = args.size_divisor or coarsest_stride(model, x, part)
     begin = time.perf_counter()
     export_onnx(model, x, out, dynamic=args.dynamic, size_divisor=args.size_divisor)
     seconds = time.perf_counter() - begin
     session = ort_session(out, args.threads)
     errors = errors_at(model, session, check_shapes(args, shape), part)
 
-    sides = (f'dynamic H x W (multiples of {args.size_divisor}), batch {args.batch}'
-             if args.dynamic else f'{shape[0]}x{shape[1]}, batch {args.batch}')
+    sides = (f'dynamic H x W (padded to multiples of {args.size_divisor} in the graph)'
+             if args.dynamic else f'{shape[0]}x{shape[1]}') + f', batch {args.batch}'
+
     print(f'## ONNX export: {name}, part {part}, {sides}\n')
     print(f'- file: {out} ({os.path.getsize(out) / 2**20:,.1f} MiB), exported in {seconds:.0f} s')
     print(f'- complex values in the graph: none; ONNX Runtime {session.get_providers()[0]}')
+    print(f'- input: {session.get_inputs()[0].name}; outputs: '
+          f'{", ".join(o.name for o in session.get_outputs())}')
     print('\n| input | max abs error, ORT vs PyTorch (float32) | within atol '
           f'{args.atol:g} |\n|---|---|---|')
     for size, error in errors.items():

@@ -20,16 +20,7 @@ import argparse
 import os
 import os.path as osp
 
-from mmengine.dist import get_rank
 from train import add_train_args, train
-
-from mmvit5.utils import (
-    amp_for_device,
-    check_config,
-    load_config,
-    use_coco_data,
-    use_seg_folder,
-)
 
 DEFAULT_CONFIGS = dict(det='configs/vit5_maskrcnn_coco.py', seg='configs/vit5_upernet_ade20k.py')
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -69,6 +60,13 @@ def parse_args(argv=None):
 
 def finetune_config(args):
     """The recipe on the data of ``args``; the user's --cfg-options apply last."""
+    from mmvit5.utils import (
+        amp_for_device,
+        check_config,
+        load_config,
+        use_coco_data,
+        use_seg_folder,
+    )
     work_dir = args.work_dir or osp.join(
         'work_dirs', f'{osp.splitext(osp.basename(args.config))[0]}_'
         f'{osp.basename(osp.normpath(args.data_root))}')
@@ -102,6 +100,7 @@ def main():
     except (FileNotFoundError, ValueError) as e:  # the data or options: the message says it
         raise SystemExit(f'[finetune] {type(e).__name__}: {e}')
     train(cfg, args)
+    from mmengine.dist import get_rank
     if get_rank():
         return
     # mmengine's Runner wrote the whole config into the work dir under the recipe's name

@@ -20,8 +20,6 @@ import sys
 import time
 from typing import Dict, NamedTuple
 
-from mmengine.config import Config
-
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, REPO)  # benchmarks/ beside tools/
 from benchmarks.results import METRICS, machine, write_results  # noqa: E402
@@ -66,6 +64,9 @@ def percent(key: str) -> float:
 def curve(name: str, work_dir: str, iters: int) -> dict:
     """One model's row of the results file: its metrics in percent at every validation."""
     spec = RUNS[name]
+    from mmengine.config import Config  # here, not at the top: --help needs no torch
+
+    import mmvit5  # noqa: F401  its patches first (mmvit5.compat): no pkg_resources warning
     loader = Config.fromfile(osp.join(REPO, spec.config)).train_dataloader
     records = val_records(work_dir, list(spec.metrics))
     return dict(model=spec.title, iters=iters, batch=loader.batch_size, chance=spec.chance,

@@ -14,10 +14,9 @@ import sys
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
 
-from benchmarks.tables import MARKER, expected_text  # noqa: E402
-
 
 def markdown_files() -> list:
+    from benchmarks.tables import MARKER  # here, not at the top: --help needs no torch
     found = [osp.join(REPO, 'README.md'),
              *sorted(glob.glob(osp.join(REPO, 'docs', 'en', '**', '*.md'), recursive=True))]
     return [path for path in found if MARKER.search(open(path).read())]
@@ -29,6 +28,7 @@ def main() -> int:
     parser.add_argument('--check', action='store_true',
                         help='write nothing; exit 1 when a file differs from what would be written')
     args = parser.parse_args()
+    from benchmarks.tables import expected_text  # after parsing: --help needs none of these
     stale = []
     for path in args.files or markdown_files():
         with open(path) as f:

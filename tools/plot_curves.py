@@ -11,11 +11,6 @@ import json
 import os.path as osp
 from typing import Dict, List, Tuple
 
-import matplotlib
-
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402
-
 METRICS = ('coco/bbox_mAP', 'coco/segm_mAP', 'mIoU')
 
 
@@ -46,6 +41,9 @@ def main() -> None:
     parser.add_argument('work_dirs', nargs='+')
     parser.add_argument('--out', default='curves.png')
     args = parser.parse_args()
+    import matplotlib  # here, not at the top: --help needs none of it
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
     fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
     for work_dir in args.work_dirs:
         records, source = read_scalars(work_dir)

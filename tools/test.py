@@ -14,9 +14,7 @@ import numbers
 import os
 import os.path as osp
 
-from mmengine.config import Config
-
-from mmvit5.utils import add_runner_args, build_runner, config_from_args
+from cli_options import add_runner_args
 
 
 def parse_args():
@@ -28,8 +26,11 @@ def parse_args():
     return add_runner_args(parser).parse_args()
 
 
-def test_config(args) -> Config:
-    """The config of ``args`` set up for testing ``args.checkpoint``."""
+def test_config(args):
+    """The config (mmengine ``Config``) of ``args`` set up for testing ``args.checkpoint``."""
+    from mmengine.config import Config
+
+    from mmvit5.utils import config_from_args
     cfg = config_from_args(args, check_data=('test',))
     cfg.load_from = args.checkpoint
     if args.amp:
@@ -45,6 +46,7 @@ def test_config(args) -> Config:
 
 def main():
     args = parse_args()
+    from mmvit5.utils import build_runner  # after parsing: --help needs no torch
     if not osp.isfile(args.checkpoint):
         raise SystemExit(f'[test] checkpoint {args.checkpoint!r} does not exist (cwd '
                          f'{os.getcwd()}); pass the .pth file the run wrote, e.g. '

@@ -13,7 +13,7 @@ import argparse
 import os.path as osp
 import sys
 
-from mmvit5.utils import add_runner_args, build_runner, config_from_args, enable_amp, enable_resume
+from cli_options import add_runner_args
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # benchmarks/ beside tools/
 try:  # the results harness lives in the checkout, not in the installed runtime
@@ -47,11 +47,13 @@ def parse_args():
 
 def main():
     args = parse_args()
+    from mmvit5.utils import config_from_args  # after parsing: --help needs no torch
     train(config_from_args(args), args)
 
 
 def train(cfg, args) -> None:
     """Train ``cfg`` with the options of :func:`add_train_args`."""
+    from mmvit5.utils import build_runner, enable_amp, enable_resume
     if args.amp:
         enable_amp(cfg)
     if args.resume:

@@ -13,30 +13,27 @@ import argparse
 import ast
 import sys
 
-import cv2
-import matplotlib
-import numpy as np
-import torch
-
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402
-
-from mmvit5.models import ViT5  # noqa: E402
-
-MEAN = np.array([123.675, 116.28, 103.53])
-STD = np.array([58.395, 57.12, 57.375])
+MEAN = (123.675, 116.28, 103.53)
+STD = (58.395, 57.12, 57.375)
 
 
 def load_image(path: str, size: int) -> tuple:
+    import cv2
+    import numpy as np
+    import torch
     image = cv2.imread(path)
     if image is None:
         raise FileNotFoundError(f'cannot read image {path!r}')
     image = cv2.cvtColor(cv2.resize(image, (size, size)), cv2.COLOR_BGR2RGB)
-    tensor = torch.from_numpy((image - MEAN) / STD).permute(2, 0, 1)[None].float()
+    tensor = torch.from_numpy((image - np.array(MEAN)) / np.array(STD))
+    tensor = tensor.permute(2, 0, 1)[None].float()
     return image, tensor
 
 
-def token_norms(model: ViT5, x: torch.Tensor, with_registers: bool) -> dict:
+def token_norms(model, x, with_registers: bool) -> dict:
+    """Norms of the patch tokens (a grid) and of the class and register tokens of ``model``
+    (a ViT5) on the image tensor ``x``."""
+    import torch
     with torch.no_grad():
         out = model.forward_features(x, with_registers=with_registers)
     rows, cols = out['grid']
@@ -55,6 +52,11 @@ def main() -> None:
     parser.add_argument('--size', type=int, default=448, help='input side for the maps')
     parser.add_argument('--out', default='tokens.png')
     args = parser.parse_args()
+    import matplotlib  # after parsing: --help needs none of these
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    from mmvit5.models import ViT5
     init_cfg = dict(type='Pretrained', checkpoint=args.checkpoint) if args.checkpoint else None
     arch = ast.literal_eval(args.arch) if args.arch.startswith('{') else args.arch
     model = ViT5(arch=arch, img_size=args.img_size, init_cfg=init_cfg)

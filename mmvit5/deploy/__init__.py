@@ -10,10 +10,12 @@ from .wrappers import (
     coarsest_stride,
     example_input,
     exportable,
+    output_names,
+    pad_to_multiple,
 )
 
 __all__ = [
     'PARTS', 'BackboneWithNeck', 'MatmulAdaptiveAvgPool2d', 'SegmentorLogits', 'build_part',
     'check_sides', 'coarsest_stride', 'complex_values', 'errors_at', 'example_input', 'export_onnx',
-    'exportable', 'max_abs_error', 'ort_session'
+    'exportable', 'max_abs_error', 'ort_session', 'output_names', 'pad_to_multiple'
 ]

@@ -2,8 +2,10 @@
 
 Under ``torch.export`` ViT-5's RoPE takes its real-arithmetic branch, so the graph holds no
 complex tensor (:func:`complex_values` checks the file), and with ``dynamic=True`` height and
-width are symbolic multiples of ``size_divisor``: the RoPE table and the absolute-embedding
-resize are computed in the graph from them.
+width are symbolic: the RoPE table and the absolute-embedding resize are computed in the graph
+from them. The modules of :func:`~mmvit5.deploy.build_part` pad the image to a multiple of
+their ``size_divisor`` in the graph, so every side gives PyTorch's numbers; a bare module is
+exported for multiples of ``size_divisor`` only.
 """
 import copy
 import os
@@ -13,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .wrappers import example_input, exportable
+from .wrappers import example_input, exportable, output_names
 
 
 def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: bool = False,
@@ -21,17 +23,21 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
                 optimize: bool = True) -> None:
     """Write ``model`` (one image tensor in) as an ONNX file, float32, eval mode.
 
+    The input is named ``image``; the outputs are named by
+    :func:`~mmvit5.deploy.wrappers.output_names` (``logits``; ``p2`` .. ``p6``; ``block<i>``).
+
     Args:
         model (nn.Module): E.g. :func:`~mmvit5.deploy.wrappers.build_part`'s module. A copy
             is exported, its adaptive pooling swapped (:func:`~mmvit5.deploy.exportable`).
         example (Tensor): (B, 3, H, W) example input; B is fixed in the graph.
         path (str): Output ``.onnx`` file.
-        dynamic (bool): Symbolic H and W (multiples of ``size_divisor`` from 2 x
-            ``size_divisor`` to ``max_side``); False fixes the example's H x W.
-        size_divisor (int): What dynamic sides are multiples of: the coarsest stride of the
-            model's maps (:func:`~mmvit5.deploy.coarsest_stride`; 16 for a ViT-5 backbone, 64
-            for a Mask R-CNN pyramid, 32 for UperNet). The graph does not check it: feed sides
-            that are multiples, as mmdet/mmseg's data preprocessors pad them.
+        dynamic (bool): Symbolic H and W up to ``max_side``: any side for a model that pads
+            its input (a ``size_divisor`` attribute that is not None, as
+            :func:`~mmvit5.deploy.build_part`'s modules have), else multiples of
+            ``size_divisor`` from twice it; False fixes the example's H x W.
+        size_divisor (int): What the dynamic sides of a model that does not pad are multiples
+            of: the coarsest stride of its maps (:func:`~mmvit5.deploy.coarsest_stride`; 16
+            for a bare ViT-5). Such a graph does not check it: feed multiples.
         max_side (int): Largest dynamic side.
         opset (int): ONNX opset. Defaults to 18.
         optimize (bool): Run the exporter's graph optimiser (constant folding, fusions; ONNX
@@ -45,17 +51,23 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
     model = copy.deepcopy(model).eval()
     exportable(model)
     dynamic_shapes = None
-    if dynamic:
+    if dynamic and getattr(model, 'size_divisor', None):
+        # sides that are not multiples are padded in the graph: its shape arithmetic (ceil
+        # division) is beyond what torch.export proves for a named Dim, DYNAMIC accepts it
+        side = torch.export.Dim.DYNAMIC(min=2, max=max_side)
+        dynamic_shapes = ({2: side, 3: side}, )
+    elif dynamic:
         check_sides(example.shape[2:], size_divisor)
         units = max_side // size_divisor
         dynamic_shapes = ({2: size_divisor * torch.export.Dim('h', min=2, max=units),
                            3: size_divisor * torch.export.Dim('w', min=2, max=units)}, )
+    names = output_names(model, example)
     with torch.no_grad():
         program = torch.export.export(model, (example, ), dynamic_shapes=dynamic_shapes,
                                       strict=False)
         onnx_program = torch.onnx.export(program, (example, ), dynamo=True, opset_version=opset,
-                                         input_names=['image'], optimize=optimize,
-                                         verbose=False)
+                                         input_names=['image'], output_names=names,
+                                         optimize=optimize, verbose=False)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     onnx_program.save(path)
     found = complex_values(path)

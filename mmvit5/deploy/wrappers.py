@@ -1,16 +1,33 @@
 """The modules that are exported: a backbone (+ neck), or a whole segmentor from image to logits.
 
 Every part is the config's own model; the wrappers only fix what goes in and out of the graph
-(one image tensor in, a tuple of maps or one logits map out) and swap the one layer ONNX has no
-operator for at dynamic sizes (adaptive average pooling, in UperNet's pyramid pooling).
+(one image tensor in, a tuple of maps or one logits map out), pad the image to a multiple of
+``size_divisor`` as mmdet/mmseg's data preprocessors do (inside the graph, so that no side a
+user feeds gives wrong numbers), and swap the one layer ONNX has no operator for at dynamic
+sizes (adaptive average pooling, in UperNet's pyramid pooling).
 """
-from typing import Optional, Sequence, Tuple
+import math
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 PARTS = ('backbone', 'neck', 'segmentor')
+
+
+def pad_to_multiple(x: torch.Tensor, size_divisor: Optional[int],
+                    value: float = 0.0) -> torch.Tensor:
+    """``x`` (B, C, H, W) padded at the bottom and right with ``value`` to sides that are
+    multiples of ``size_divisor``, as mmengine's ``stack_batch`` pads a batch (after
+    normalisation: 0 is the mean colour). None returns ``x``."""
+    if not size_divisor:
+        return x
+    height, width = x.shape[-2:]
+    # ceil division written with floor division: torch.export keeps it symbolic
+    pad_h = (height + size_divisor - 1) // size_divisor * size_divisor - height
+    pad_w = (width + size_divisor - 1) // size_divisor * size_divisor - width
+    return F.pad(x, (0, pad_w, 0, pad_h), value=value)
 
 
 class BackboneWithNeck(nn.Module):
@@ -20,32 +37,44 @@ class BackboneWithNeck(nn.Module):
         backbone (nn.Module): E.g. :class:`ViT5`.
         neck (nn.Module, optional): E.g. ``SimpleFeaturePyramid``; None exports the backbone
             alone.
+        size_divisor (int, optional): The input is zero-padded at the bottom and right to
+            multiples of it (mmdet's ``DetDataPreProcessor(pad_size_divisor=...)``), so any
+            side is valid; set it to the coarsest stride of the maps
+            (:func:`coarsest_stride`). None feeds the input as it is.
 
     Shape:
         - Input: (B, 3, H, W), normalised as the config's data preprocessor leaves it.
-        - Output: tuple of (B, C_i, H / s_i, W / s_i) maps, one per backbone output (or per
-          neck level).
+        - Output: tuple of (B, C_i, H' / s_i, W' / s_i) maps of the padded (H', W') image, one
+          per backbone output (or per neck level).
     """
 
-    def __init__(self, backbone: nn.Module, neck: Optional[nn.Module] = None) -> None:
+    def __init__(self, backbone: nn.Module, neck: Optional[nn.Module] = None,
+                 size_divisor: Optional[int] = None) -> None:
         super().__init__()
         self.backbone = backbone
         self.neck = neck
+        self.size_divisor = size_divisor
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        x = self.backbone(x)
+        x = self.backbone(pad_to_multiple(x, self.size_divisor))
         return tuple(self.neck(x) if self.neck is not None else x)
 
 
 class SegmentorLogits(nn.Module):
     """An mmseg ``EncoderDecoder`` from image to per-pixel logits, as its ``whole`` inference.
 
-    The graph holds the data preprocessor's channel flip and mean/std normalisation, the
-    backbone, neck and decode head, and the bilinear resize of the logits to the input size
-    (the decode head's ``align_corners``), so a deployed model takes the decoded image as it is.
+    The graph holds the data preprocessor's channel flip, mean/std normalisation and padding
+    to a multiple of ``size_divisor``, the backbone, neck and decode head, the bilinear resize
+    of the logits to the padded size (the decode head's ``align_corners``) and the crop back
+    to the input's: mmseg's ``whole`` inference with
+    ``data_preprocessor.test_cfg=dict(size_divisor=...)``. A deployed model takes the decoded
+    image as it is, at any side.
 
     Args:
         segmentor (nn.Module): mmseg ``EncoderDecoder`` (e.g. a ViT-5 UperNet), eval mode.
+        size_divisor (int, optional): What the image is padded to multiples of: the coarsest
+            stride of the pyramid (32 for UperNet's). None feeds it unpadded (wrong numbers
+            at sides that are not multiples).
 
     Shape:
         - Input: (B, 3, H, W) float, 0-255, in the channel order the dataset's loader gives
@@ -53,21 +82,50 @@ class SegmentorLogits(nn.Module):
         - Output: (B, num_classes, H, W) logits (before softmax).
     """
 
-    def __init__(self, segmentor: nn.Module) -> None:
+    def __init__(self, segmentor: nn.Module, size_divisor: Optional[int] = 32) -> None:
         super().__init__()
         self.segmentor = segmentor
         preprocessor = segmentor.data_preprocessor
         self.flip_channels = bool(preprocessor.channel_conversion)
         self.normalize = bool(preprocessor._enable_normalize)
+        self.pad_value = float(preprocessor.pad_val)
+        self.size_divisor = size_divisor
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         preprocessor = self.segmentor.data_preprocessor
         x = image.flip(1) if self.flip_channels else image
         if self.normalize:
             x = (x - preprocessor.mean) / preprocessor.std
+        x = pad_to_multiple(x, self.size_divisor, self.pad_value)
         logits = self.segmentor._forward(x)
-        return F.interpolate(logits, size=image.shape[2:], mode='bilinear',
-                             align_corners=self.segmentor.decode_head.align_corners)
+        logits = F.interpolate(logits, size=x.shape[2:], mode='bilinear',
+                               align_corners=self.segmentor.decode_head.align_corners)
+        return logits[:, :, :image.shape[2], :image.shape[3]]
+
+
+def output_names(model: nn.Module, x: torch.Tensor) -> List[str]:
+    """Names of the graph outputs of a :func:`build_part` module, from one forward on ``x``.
+
+    ``logits`` for a segmentor; ``p<l>`` per neck level of stride ``2**l`` (the FPN naming:
+    ``p2`` .. ``p6`` for Mask R-CNN's pyramid); ``block<i>`` per backbone output after block
+    ``i`` (its ``out_indices``). A repeated name gets ``_1``, ``_2``, ... appended.
+    """
+    if isinstance(model, SegmentorLogits):
+        return ['logits']
+    with torch.no_grad():
+        outputs = model(x)
+    padded = pad_to_multiple(x, getattr(model, 'size_divisor', None)).shape[-1]
+    indices = getattr(getattr(model, 'backbone', None), 'out_indices', None)
+    if getattr(model, 'neck', None) is not None or indices is None \
+            or len(indices) != len(outputs):
+        names = [f'p{round(math.log2(padded / out.shape[-1]))}' for out in outputs]
+    else:
+        names = [f'block{i}' for i in indices]
+    unique = []
+    for name in names:
+        repeats = sum(n == name for n in names[:len(unique)])
+        unique.append(f'{name}_{repeats}' if repeats else name)
+    return unique
 
 
 def example_input(shape: Sequence[int], part: str, seed: int = 0) -> torch.Tensor:
@@ -80,9 +138,9 @@ def example_input(shape: Sequence[int], part: str, seed: int = 0) -> torch.Tenso
 
 
 def coarsest_stride(model: nn.Module, x: torch.Tensor, part: str) -> int:
-    """The largest input-to-output stride of ``part``'s maps on ``x``: what the sides of a
-    dynamic graph must be multiples of. The segmentor's logits are full-size; its pyramid's
-    coarsest level is mmseg's usual 32."""
+    """The largest input-to-output stride of ``part``'s maps on ``x``: what the input is padded
+    to multiples of. The segmentor's logits are full-size; its pyramid's coarsest level is
+    mmseg's usual 32. ``x``'s sides should be multiples of the stride to measure it."""
     if part == 'segmentor':
         return 32
     with torch.no_grad():
@@ -145,7 +203,8 @@ def exportable(model: nn.Module) -> int:
     return swapped
 
 
-def build_part(cfg, part: str, checkpoint: Optional[str] = None) -> nn.Module:
+def build_part(cfg, part: str, checkpoint: Optional[str] = None,
+               size_divisor: Optional[int] = None) -> nn.Module:
     """The eval-mode module of ``part`` of an mmdet/mmseg config, ready for export.
 
     Args:
@@ -155,6 +214,9 @@ def build_part(cfg, part: str, checkpoint: Optional[str] = None) -> nn.Module:
         checkpoint (str, optional): An mmengine checkpoint of the whole model (``tools/train.py``
             writes them). None gives random weights (the backbone's pretrained file is not
             read): enough to check and time the graph.
+        size_divisor (int, optional): The module pads its input to multiples of it (any side
+            is then valid). None: the coarsest stride of the part's maps
+            (:func:`coarsest_stride`), measured with one forward.
     """
     from mmengine.logging import MMLogger
     from mmengine.runner import load_checkpoint
@@ -187,7 +249,9 @@ def build_part(cfg, part: str, checkpoint: Optional[str] = None) -> nn.Module:
             logger.setLevel(level)
     model.eval()
     if part == 'segmentor':
-        wrapped = SegmentorLogits(model)
-    else:
-        wrapped = BackboneWithNeck(model.backbone, model.neck if part == 'neck' else None)
-    return wrapped.eval()
+        return SegmentorLogits(model, size_divisor or 32).eval()
+    wrapped = BackboneWithNeck(model.backbone, model.neck if part == 'neck' else None).eval()
+    # a probe at a side every stride divides (ViT-5's coarsest pyramid level is 64)
+    wrapped.size_divisor = size_divisor or coarsest_stride(
+        wrapped, example_input((1, 3, 128, 128), part), part)
+    return wrapped

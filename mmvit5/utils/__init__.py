@@ -1,6 +1,5 @@
 from .config import (
     SCOPES,
-    add_runner_args,
     amp_for_device,
     build_runner,
     check_config,
@@ -24,7 +23,7 @@ from .palette import distinct_palette, usable_palette
 from .schedule import fit_schedule
 from .widths import check_widths, shrink_model, sync_widths, width_mismatches
 
-__all__ = ['OwnData', 'SCOPES', 'add_runner_args', 'amp_for_device', 'build_runner',
+__all__ = ['OwnData', 'SCOPES', 'amp_for_device', 'build_runner',
            'check_coco_categories', 'check_config', 'check_masks', 'check_widths', 'coco_classes',
            'coco_summary', 'config_from_args', 'distinct_palette', 'enable_amp', 'enable_resume',
            'fit_schedule', 'load_config', 'read_class_file', 'set_num_classes', 'shrink_model',

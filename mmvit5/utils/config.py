@@ -6,7 +6,7 @@ import os.path as osp
 from typing import Optional, Sequence, Union
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
@@ -17,22 +17,11 @@ from .widths import check_widths
 SCOPES = ('mmdet', 'mmseg', 'mmpretrain')
 
 
-def add_runner_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """The options tools/train.py and tools/test.py share with mmdet's and mmseg's tools."""
-    parser.add_argument('--work-dir', help='where logs (and checkpoints) go')
-    parser.add_argument('--amp', action='store_true', help='mixed precision')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config entries, e.g. train_cfg.max_iters=100')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-                        default='none', help='job launcher (pytorch for torchrun)')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    return parser
-
-
 def config_from_args(args: argparse.Namespace,
                      check_data: Union[bool, Sequence[str]] = True) -> Config:
-    """The config that the options of :func:`add_runner_args` describe; ``check_data`` as in
-    :func:`check_config` (tools/test.py checks the test split only)."""
+    """The config that tools/train.py's and tools/test.py's options describe
+    (``add_runner_args`` of tools/cli_options.py); ``check_data`` as in :func:`check_config`
+    (tools/test.py checks the test split only)."""
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     cfg = load_config(args.config, args.cfg_options, args.work_dir, check_data=check_data,
                       max_iters=getattr(args, 'iters', None))
