@@ -16,13 +16,8 @@ import time
 
 import torch
 
-from mmvit5.checkpoint import (
-    check_vit5_state,
-    describe_state,
-    extract_state_dict,
-    read_checkpoint,
-    square_grid,
-)
+from mmvit5.checkpoint import extract_state_dict, read_checkpoint
+from mmvit5.models.backbones.vit5_weights import check_vit5_state, describe_state, square_grid
 from mmvit5.models.layers.pos_embed import resize_pos_embed
 from mmvit5.utils.atomic_file import atomic_open
 
