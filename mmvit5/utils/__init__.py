@@ -17,11 +17,12 @@ from .custom_data import (
     use_coco_data,
     use_seg_folder,
 )
+from .pretrained import check_pretrained, pretrained_checkpoints
 from .schedule import fit_schedule
 from .widths import check_widths, shrink_model, sync_widths, width_mismatches
 
 __all__ = ['SCOPES', 'add_runner_args', 'amp_for_device', 'build_runner', 'check_config',
-           'check_masks', 'check_widths', 'coco_classes', 'config_from_args', 'enable_amp',
-           'enable_resume', 'fit_schedule', 'load_config', 'read_class_file',
-           'set_num_classes', 'shrink_model', 'sync_widths', 'use_coco_data',
-           'use_seg_folder', 'width_mismatches']
+           'check_masks', 'check_pretrained', 'check_widths', 'coco_classes',
+           'config_from_args', 'enable_amp', 'enable_resume', 'fit_schedule', 'load_config',
+           'pretrained_checkpoints', 'read_class_file', 'set_num_classes', 'shrink_model',
+           'sync_widths', 'use_coco_data', 'use_seg_folder', 'width_mismatches']
