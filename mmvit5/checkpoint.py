@@ -164,7 +164,8 @@ class ReleasedPretrainedInit:
     target_prefix='fc.')``.
 
     Args:
-        checkpoint (str): Path of the file.
+        checkpoint (str): Path or URL of the file (a URL is cached as by
+            :func:`read_checkpoint`).
         prefix (str): Keys to take from the file.
         target_prefix (str): What the prefix becomes in the module's keys.
         checkpoint_key (str, optional): Entry holding the weights (default as

@@ -45,7 +45,9 @@ def check_pretrained(cfg: Config, path: str = 'config', download: Optional[bool]
         cfg (Config): The run's config, ``--cfg-options`` applied.
         path (str): The config file, for messages.
         download (bool, optional): Whether to download missing URLs; by default only on each
-            node's first process (``LOCAL_RANK`` 0), the others find the file once it is there.
+            node's first process (``LOCAL_RANK`` 0), the others find the file once it is there
+            (two processes downloading the same file are safe, each into a temporary file
+            renamed when complete, only wasteful).
 
     Raises:
         FileNotFoundError: A local checkpoint does not exist.
