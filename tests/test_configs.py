@@ -1,4 +1,4 @@
-"""The shipped COCO / ADE20K / ImageNet configs: they build, and say so when weights are missing."""
+"""The shipped COCO / ADE20K / ImageNet configs build (weights by URL: tests/test_pretrained.py)."""
 import pytest
 import torch
 from mmengine.config import Config
@@ -6,6 +6,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope, init_default_scope
 
 from conftest import config
+from mmvit5.models.backbones.vit5_weights import RELEASED_URL
 from mmvit5.utils import amp_for_device, check_config
 
 CONFIGS = {
@@ -28,7 +29,8 @@ def test_config_builds_with_matching_widths(name):
     cfg = Config.fromfile(config(name))
     assert cfg.default_scope == scope and cfg.custom_imports.imports == ['mmvit5']
     assert cfg.model.backbone.img_size == 224
-    assert cfg.model.backbone.init_cfg.checkpoint == f'checkpoints/vit5_{arch}_patch16_224.pth'
+    assert cfg.model.backbone.init_cfg.checkpoint == RELEASED_URL.format(
+        f'vit5_{arch}_patch16_224.pth')
     assert cfg.optim_wrapper.constructor == 'ViT5LayerDecayOptimizerConstructor'
     model = build(cfg, scope)
     assert model.backbone.arch_settings == model.backbone.arch_zoo[arch]
@@ -49,13 +51,6 @@ def test_maskrcnn_base_forward_at_detection_shapes():
         feats = model.extract_feat(torch.randn(1, 3, 256, 320))
     assert [tuple(f.shape) for f in feats] == [(1, 256, 64, 80), (1, 256, 32, 40),
                                                (1, 256, 16, 20), (1, 256, 8, 10), (1, 256, 4, 5)]
-
-
-def test_missing_pretrained_file_names_the_path():
-    cfg = Config.fromfile(config('vit5-s_upernet_ade20k.py'))
-    model = build(cfg, 'mmseg')
-    with pytest.raises(FileNotFoundError, match='checkpoints/vit5_small_patch16_224.pth'):
-        model.init_weights()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='the fp16 AmpOptimWrapper is kept on CUDA')

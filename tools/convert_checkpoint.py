@@ -19,11 +19,10 @@ def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
             patch_size=16) -> dict:
     import torch  # here, not at the top: --help needs no torch
 
-    from mmvit5.checkpoint import (
+    from mmvit5.checkpoint import extract_state_dict, read_checkpoint
+    from mmvit5.models.backbones.vit5_weights import (
         check_vit5_state,
         describe_state,
-        extract_state_dict,
-        read_checkpoint,
         square_grid,
     )
     from mmvit5.models.layers.pos_embed import resize_pos_embed

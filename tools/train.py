@@ -3,6 +3,8 @@
     python tools/train.py configs/vit5_maskrcnn_coco.py [--work-dir DIR] [--amp] [--iters N]
         [--resume [CKPT]] [--cfg-options key=value ...] [--launcher pytorch]
 
+The checkpoints the config loads (pretrained weights, ``load_from``) are checked first, a
+released URL downloaded once into the torch hub cache (:func:`mmvit5.utils.check_pretrained`).
 ``--iters N`` fits the recipe's schedule to N iterations (warm-up, steps or decay end,
 validation and checkpoint counts: :func:`mmvit5.utils.fit_schedule`); ``--cfg-options`` still
 win over it.
@@ -53,13 +55,17 @@ def main():
 
 def train(cfg, args) -> None:
     """Train ``cfg`` with the options of :func:`add_train_args`."""
-    from mmvit5.utils import build_runner, enable_amp, enable_resume
+    from mmvit5.utils import build_runner, check_pretrained, enable_amp, enable_resume
     if args.amp:
         enable_amp(cfg)
     if args.resume:
         enable_resume(cfg, args.resume)
     if args.auto_scale_lr:
         cfg.auto_scale_lr.enable = True
+    try:  # before anything is built: a missing file or failed download is one line, the fix
+        check_pretrained(cfg, args.config)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f'[train] {type(exc).__name__}: {exc}')
     runner = build_runner(cfg)
     if runner.rank == 0 and record_run:  # config and commit, for tools/collect_results.py
         record_run(cfg.work_dir, args.config, cfg.train_cfg.get('max_iters', 0))

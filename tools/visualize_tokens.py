@@ -1,7 +1,10 @@
 """Per-patch feature-norm maps of ViT-5's last layer, with and without its register tokens.
 
-    python tools/visualize_tokens.py IMAGE --checkpoint checkpoints/vit5_base_patch16_224.pth \
+    python tools/visualize_tokens.py IMAGE --checkpoint \
+        https://huggingface.co/FengWang3211/ViT-5/resolve/main/vit5_base_patch16_224.pth \
         [--arch base] [--img-size 224] [--size 448] --out tokens.png
+
+(a URL is downloaded once into the torch hub cache; a local path works too).
 
 Registers exist to absorb the high-norm "artefact" patch tokens that plain ViTs grow in
 background regions (Darcet et al., 2024). The figure shows the image, the norm of every final
@@ -44,7 +47,7 @@ def token_norms(model, x, with_registers: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('image')
-    parser.add_argument('--checkpoint', help='released or mmengine ViT-5 checkpoint')
+    parser.add_argument('--checkpoint', help='released or mmengine ViT-5 checkpoint (path or URL)')
     parser.add_argument('--arch', default='base',
                         help="preset name, or a dict such as \"{'embed_dim': 64, 'depth': 2, "
                         "'num_heads': 2}\"")

@@ -20,11 +20,13 @@ from .custom_data import (
     use_seg_folder,
 )
 from .palette import distinct_palette, usable_palette
+from .pretrained import check_pretrained, pretrained_checkpoints
 from .schedule import fit_schedule
 from .widths import check_widths, shrink_model, sync_widths, width_mismatches
 
-__all__ = ['OwnData', 'SCOPES', 'amp_for_device', 'build_runner',
-           'check_coco_categories', 'check_config', 'check_masks', 'check_widths', 'coco_classes',
+__all__ = ['OwnData', 'SCOPES', 'amp_for_device', 'build_runner', 'check_coco_categories',
+           'check_config', 'check_masks', 'check_pretrained', 'check_widths', 'coco_classes',
            'coco_summary', 'config_from_args', 'distinct_palette', 'enable_amp', 'enable_resume',
-           'fit_schedule', 'load_config', 'read_class_file', 'set_num_classes', 'shrink_model',
-           'sync_widths', 'usable_palette', 'use_coco_data', 'use_seg_folder', 'width_mismatches']
+           'fit_schedule', 'load_config', 'pretrained_checkpoints', 'read_class_file',
+           'set_num_classes', 'shrink_model', 'sync_widths', 'usable_palette', 'use_coco_data',
+           'use_seg_folder', 'width_mismatches']

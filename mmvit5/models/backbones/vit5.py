@@ -6,7 +6,6 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 """
 import copy
 import numbers
-from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
@@ -25,7 +24,7 @@ from ..layers.plan import ATTN_IMPLS, CP_IMPLS, ExecutionMode, ExecutionPlan, ma
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, register_grid, rotations, sequence_angles
 from ..layers.windows import WindowLayout, permute_tokens, window_layout
-from .vit5_weights import RELEASED_SWITCHES, adapt_state_dict
+from .vit5_weights import RELEASED_SWITCHES, checkpoint_filter_fn
 
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
 DROP_PATH_SCHEDULES = ('uniform', 'linear')
@@ -107,7 +106,7 @@ class ViT5(BaseModule):
     The defaults of ``num_registers``, ``layer_scale_init_value``, ``qk_norm``,
     ``use_abs_pos``, ``use_rope``, ``norm`` and ``qkv_bias`` are the released model; the other
     values are ablations (``configs/ablations/``). A released checkpoint loads into an
-    ablated model as far as it fits (:meth:`adapt_state_dict`).
+    ablated model as far as it fits (:func:`.vit5_weights.checkpoint_filter_fn`).
     """
 
     arch_zoo = {
@@ -395,18 +394,19 @@ class ViT5(BaseModule):
 
     def load_pretrained(self, path: str, checkpoint_key: Optional[str] = None,
                         prefix: Optional[str] = None) -> None:
-        """Load a released / mmengine / detector checkpoint into this backbone.
+        """Load a released / mmengine / detector checkpoint (a path, or a URL cached in the
+        torch hub cache) into this backbone.
 
         ``pos_embed`` is resized (bicubic) from the checkpoint's grid to this model's
         ``img_size`` grid; the classifier head is ignored; the per-block RoPE frequency
         buffers of the released files are checked against this model's and dropped. Parts
         that this model's ablation switches change load as far as they fit
-        (:meth:`adapt_state_dict`); any other missing, unexpected or mis-shaped key raises
-        :class:`CheckpointError`.
+        (:func:`.vit5_weights.checkpoint_filter_fn`); any other missing, unexpected or
+        mis-shaped key raises :class:`CheckpointError`.
         """
         state = extract_state_dict(read_checkpoint(path), checkpoint_key, prefix)
-        state = self.adapt_state_dict(state, source=path)
-        # adapt_state_dict has checked every key; what it left out is logged as left at init
+        state = checkpoint_filter_fn(state, self, source=path)
+        # checkpoint_filter_fn has checked every key; what it left out is logged as left at init
         self.load_state_dict(state, strict=False)
         self._rope_cache.clear()
         print_log(f'ViT5: loaded {len(state)} tensors from {path}', logger='current')
@@ -418,12 +418,6 @@ class ViT5(BaseModule):
                       qk_norm=self.qk_norm, use_abs_pos=self.use_abs_pos,
                       use_rope=self.use_rope, norm=self.norm_kind, qkv_bias=self.qkv_bias)
         return {k: v for k, v in values.items() if v != RELEASED_SWITCHES[k]}
-
-    def adapt_state_dict(self, state: Dict[str, torch.Tensor],
-                         source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
-        """Map a checkpoint's backbone tensors onto this model's keys, or raise
-        (:func:`~mmvit5.models.backbones.vit5_weights.adapt_state_dict`)."""
-        return adapt_state_dict(self, state, source)
 
     # ----------------------------------------------------------------- forward
     def token_order(self, grid: Tuple[int, int], device: torch.device,

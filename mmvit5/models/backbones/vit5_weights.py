@@ -1,19 +1,23 @@
-"""How a :class:`~mmvit5.models.ViT5` takes a checkpoint: the released one, or one trained with
-other ablation switches (timm's ``checkpoint_filter_fn`` for this model)."""
+"""What a :class:`~mmvit5.models.ViT5` makes of a checkpoint's keys, the released one's or
+one trained with other ablation switches: timm's ``checkpoint_filter_fn`` for this model.
+Reading files and URLs is :mod:`mmvit5.checkpoint`'s.
+"""
+import logging
+import re
 from collections import OrderedDict, defaultdict
-from typing import Dict, List, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from mmengine.logging import print_log
 
-from ...checkpoint import (
-    check_vit5_state,
-    describe_state,
-    fit_state_dict,
-    fold_layer_scale,
-    square_grid,
-)
+from ...checkpoint import CheckpointError
 from ..layers.pos_embed import resize_pos_embed
+
+# The released weights (the ViT-5 README's links); configs/_base_/vit5_pretrained.py names them
+RELEASED_URL = 'https://huggingface.co/FengWang3211/ViT-5/resolve/main/{}'
+RELEASED_FILES = ('vit5_small_patch16_224.pth', 'vit5_base_patch16_224.pth',
+                  'vit5_large_patch16_224.pth', 'vit5_base_patch16_384.pth',
+                  'vit5_large_patch16_384.pth')
 
 # the ablation switches as the released model sets them
 RELEASED_SWITCHES = dict(num_registers=4, layer_scale_init_value=1e-4, qk_norm=True,
@@ -35,9 +39,11 @@ def switched_keys(switches: Dict[str, object]) -> List[Tuple[str, str]]:
             if k in SWITCHED_KEYS and (k != 'layer_scale_init_value' or v is None)]
 
 
-def adapt_state_dict(model: torch.nn.Module, state: Dict[str, torch.Tensor],
-                     source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
-    """Map a checkpoint's backbone tensors onto ``model``'s keys, or raise.
+def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
+                         source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
+    """Map a checkpoint's backbone tensors onto ``model``'s keys, or raise (timm's
+    ``checkpoint_filter_fn``): ``pos_embed`` resized to the model's grid, the classifier and
+    the per-block RoPE buffers dropped (the latter checked first).
 
     Where an ablation switch makes the model differ from the checkpoint, what fits loads: the
     checkpoint's tensors of a part switched off are dropped (LayerScale is folded into
@@ -48,8 +54,9 @@ def adapt_state_dict(model: torch.nn.Module, state: Dict[str, torch.Tensor],
     of which nothing fits.
 
     Args:
+        state (dict[str, Tensor]): Backbone tensors under the released model's keys
+            (:func:`mmvit5.checkpoint.extract_state_dict`).
         model (ViT5): The model to load into.
-        state (dict[str, Tensor]): Backbone tensors under the released model's keys.
         source (str): Where ``state`` comes from, for the messages.
 
     Returns:
@@ -95,3 +102,139 @@ def adapt_state_dict(model: torch.nn.Module, state: Dict[str, torch.Tensor],
         adapted, own, switched_keys(switches), notes, mismatched, source,
         f'this ViT5 (embed_dim {model.embed_dim}, depth {model.depth}, {model.num_registers} '
         f'registers{described}; the checkpoint looks like {describe_state(state)})')
+
+
+def check_vit5_state(state: Dict[str, torch.Tensor], source: str) -> None:
+    """Raise unless ``state`` holds ViT-5 weights (class token and attention blocks).
+
+    Only what every ablation keeps is required: files of models saved without the absolute
+    embedding or QK-Norm are ViT-5 files too.
+    """
+    if 'cls_token' not in state or \
+            not any(re.fullmatch(r'blocks\.\d+\.attn\.qkv\.weight', k) for k in state):
+        raise CheckpointError(
+            f'{source} is not a ViT-5 checkpoint: it has no cls_token / blocks.N.attn.qkv '
+            f'weights (first keys: {sorted(state)[:5]}). Use a released ViT-5 file or one saved '
+            'by mmvit5.')
+
+
+def fold_layer_scale(state: Dict[str, torch.Tensor]) -> Tuple[Dict[str, torch.Tensor], List[str]]:
+    """Fold each block's LayerScale into the layer that ends its branch, for a model without
+    LayerScale: ``gamma * (W x + b) = (gamma W) x + gamma b``, so the function is unchanged.
+
+    Returns the new state (``gamma_1`` into ``attn.proj``, ``gamma_2`` into ``mlp.fc2``) and
+    the folded keys; a gamma whose layer is not in ``state`` stays where it is.
+    """
+    state = dict(state)
+    folded = []
+    for key in [k for k in state if re.fullmatch(r'blocks\.\d+\.gamma_[12]', k)]:
+        layer = key[:-len('gamma_1')] + ('attn.proj' if key.endswith('1') else 'mlp.fc2')
+        if f'{layer}.weight' not in state or f'{layer}.bias' not in state:
+            continue
+        gamma = state.pop(key)
+        state[f'{layer}.weight'] = state[f'{layer}.weight'] * gamma[:, None]
+        state[f'{layer}.bias'] = state[f'{layer}.bias'] * gamma
+        folded.append(key)
+    return state, folded
+
+
+def fit_state_dict(adapted: Dict[str, torch.Tensor], own: Dict[str, torch.Tensor],
+                   switched: Sequence[Tuple[str, str]], notes: Dict[Tuple[str, str], List[str]],
+                   mismatched: List[str], source: str,
+                   model: str) -> 'OrderedDict[str, torch.Tensor]':
+    """What of a checkpoint loads into a model whose ablation switches change some parts.
+
+    Args:
+        adapted (dict): The checkpoint's tensors under the model's key names.
+        own (dict): The model's state dict.
+        switched (Sequence[tuple[str, str]]): (key regex, switch) of the tensors the switches
+            change; of these, the checkpoint's that the model lacks are dropped, and the
+            model's that the checkpoint lacks or has in another shape stay at init.
+        notes (dict): ``(what happened, switch) -> keys`` found so far; extended here and
+            logged as warnings.
+        mismatched (list[str]): Differences found so far that no switch explains.
+        source (str): The checkpoint, for messages.
+        model (str): The model as messages name it.
+
+    Returns:
+        OrderedDict: The tensors to load (each in ``own``, of its shape).
+
+    Raises:
+        CheckpointError: On any difference no switch explains, or when nothing fits.
+    """
+    adapted = OrderedDict(adapted)
+
+    def switch_of(key: str) -> Optional[str]:
+        return next((s for pattern, s in switched if re.fullmatch(pattern, key)), None)
+
+    for key in list(adapted):
+        reason = switch_of(key)
+        if reason and key not in own:
+            notes['dropped', reason].append(key)
+        elif reason and adapted[key].shape != own[key].shape:
+            notes[f'left at init (checkpoint {tuple(adapted[key].shape)})', reason].append(key)
+        else:
+            continue
+        del adapted[key]
+    explained = {k for keys in notes.values() for k in keys}
+    for key in own:
+        if key not in adapted and key not in explained and switch_of(key):
+            notes['left at init', switch_of(key)].append(key)
+            explained.add(key)
+    missing = [k for k in own if k not in adapted and k not in explained]
+    unexpected = [k for k in adapted if k not in own]
+    mismatched = [f'{k}: checkpoint {tuple(v.shape)} vs model {tuple(own[k].shape)}'
+                  for k, v in adapted.items() if k in own and v.shape != own[k].shape
+                  ] + mismatched
+    fits = sum(k in own and v.shape == own[k].shape for k, v in adapted.items())
+    if missing or unexpected or mismatched or not fits:
+        raise CheckpointError(
+            (f'nothing in {source} fits ' if not fits else f'{source} does not fit ') + model +
+            '.' + (f'\n  mismatched shapes: {mismatched[:8]}' if mismatched else '') +
+            (f'\n  missing keys: {missing[:8]}' if missing else '') +
+            (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
+            '\nSet arch / num_registers / the ablation switches to the checkpoint\'s, or use a '
+            'matching file.')
+    for (what, reason), keys in notes.items():
+        if keys:
+            print_log(f'ViT5: {source}: {len(keys)} tensors {what} ({reason}): '
+                      f'{compact_keys(keys)}', logger='current', level=logging.WARNING)
+    return adapted
+
+
+def compact_keys(keys: Iterable[str]) -> str:
+    """The keys with block indices grouped: ``'blocks.{0-11}.attn.q_norm.weight, pos_embed'``."""
+    groups: Dict[str, List[int]] = {}
+    for key in keys:
+        match = re.fullmatch(r'blocks\.(\d+)\.(.+)', key)
+        if match:
+            groups.setdefault(match.group(2), []).append(int(match.group(1)))
+        else:
+            groups.setdefault(key, [])
+    parts = []
+    for name, blocks in groups.items():
+        blocks = sorted(blocks)
+        if not blocks:
+            parts.append(name)
+        elif len(blocks) == 1:
+            parts.append(f'blocks.{blocks[0]}.{name}')
+        elif blocks == list(range(blocks[0], blocks[-1] + 1)):
+            parts.append(f'blocks.{{{blocks[0]}-{blocks[-1]}}}.{name}')
+        else:
+            parts.append(f'blocks.{{{",".join(map(str, blocks))}}}.{name}')
+    return ', '.join(parts)
+
+
+def describe_state(state: Dict[str, torch.Tensor]) -> str:
+    """'embed_dim D, depth N, R registers' of ViT-5 weights."""
+    depth = len({k.split('.')[1] for k in state if k.startswith('blocks.')})
+    registers = state['reg_token'].shape[1] if 'reg_token' in state else 0
+    return f'embed_dim {state["cls_token"].shape[-1]}, depth {depth}, {registers} registers'
+
+
+def square_grid(num_tokens: int, what: str) -> Tuple[int, int]:
+    side = int(round(num_tokens**0.5))
+    if side * side != num_tokens:
+        raise CheckpointError(f'{what} has {num_tokens} positions, not a square grid; pass '
+                              'the grid explicitly')
+    return side, side
