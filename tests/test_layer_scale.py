@@ -74,3 +74,35 @@ def test_scaled_linear_under_autocast_equals_the_folded_autograd_path():
     grads_ref = torch.autograd.grad(ref.float().square().sum(), leaves)
     for a, b in zip(grads, grads_ref):
         assert a.dtype == b.dtype and torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('triton', ['0', '1'], ids=['torch', 'triton'])
+def test_scale_gradient_sums_in_float32_with_half_precision_parameters(triton, monkeypatch):
+    """d scale sums ``in`` products per output: summed in bf16 it loses most of its digits;
+    both paths sum in float32 and round once."""
+    from mmvit5.models.layers.kernels import HAS_TRITON
+    if triton == '1' and not HAS_TRITON:
+        pytest.skip('triton does not import')
+    from mmvit5.models.layers.layer_scale import layer_scale_grads
+    monkeypatch.setenv('MMVIT5_TRITON', triton)
+    g = torch.Generator().manual_seed(0)
+    n_out, n_in = 16, 3072
+    outer = torch.randn(n_out, n_in, generator=g)
+    weight, scale, bias = (t.bfloat16() for t in (torch.randn(n_out, n_in, generator=g),
+                                                 torch.rand(n_out, generator=g) + 0.5,
+                                                 torch.randn(n_out, generator=g)))
+    summed = torch.randn(n_out, generator=g)
+    if triton == '1':
+        from mmvit5.models.layers.kernels import layer_scale_triton
+        grad_w, grad_s, grad_b = layer_scale_triton.layer_scale_grads(outer, weight, scale,
+                                                                      summed, bias)
+    else:
+        grad_w, grad_s, grad_b = layer_scale_grads(outer, weight, scale, summed, bias)
+    # d W and d b: one product each, rounded once
+    assert torch.equal(grad_w, (outer.bfloat16().float() * scale[:, None].float()).bfloat16())
+    assert torch.equal(grad_b, (summed.bfloat16().float() * scale.float()).bfloat16())
+    # the float64 sum of the products the kernel multiplies (A rounded to the weight's dtype)
+    exact = (outer.bfloat16().double() * weight.double()).sum(1) + \
+        summed.bfloat16().double() * bias.double()
+    assert grad_s.dtype == torch.bfloat16
+    torch.testing.assert_close(grad_s.double(), exact.bfloat16().double(), rtol=8e-3, atol=1e-2)
