@@ -5,7 +5,7 @@
 # - the simple feature pyramid and the whole head are 64 wide (upstream 256);
 # - the deformable pixel decoder has 1 encoder layer (upstream 6), the transformer decoder 3
 #   layers, one round over the 3 feature levels (upstream 9, three rounds);
-# - 20 queries (upstream 100): the scenes hold 1-4 objects;
+# - 10 queries (upstream 100): the scenes hold 1-4 objects;
 # - the mask loss samples 1024 points (upstream 12544 = 112^2): the predicted masks are 32x32
 #   (stride 4 of 128), 1024 points in all.
 # Everything else (the Hungarian matching, the losses and their weights, the fusion head) is
@@ -31,7 +31,7 @@ model = dict(
         out_channels=channels,
         num_things_classes=num_classes,
         num_stuff_classes=0,
-        num_queries=20,
+        num_queries=10,
         pixel_decoder=dict(
             norm_cfg=dict(type='GN', num_groups=16),
             encoder=dict(
@@ -50,7 +50,7 @@ model = dict(
         loss_cls=dict(class_weight=[1.0] * num_classes + [0.1])),
     panoptic_fusion_head=dict(num_things_classes=num_classes, num_stuff_classes=0),
     train_cfg=dict(num_points=1024),
-    test_cfg=dict(max_per_image=20))
+    test_cfg=dict(max_per_image=10))
 
 train_pipeline = [
     dict(type='LoadImageFromFile', to_float32=True),
@@ -89,11 +89,12 @@ param_scheduler = [
          milestones=[int(max_iters * 0.9)], gamma=0.1),
 ]
 # trained from scratch: no pretrained early layers to protect, so no layer decay; a larger lr
-# than upstream's 1e-4 and clipping at 1 (upstream's 0.01 clips a from-scratch model's every
-# step to almost nothing)
+# than upstream's 1e-4, and clipping at 10: the gradient norm starts near 50, and upstream's
+# 0.01 (or 1) cut every early step of a from-scratch model to a fraction (60 iterations on 8
+# images: 0.6 segm mAP clipped at 1, 3.8 at 10; 20 queries: 0.6, 10 queries: 5.4)
 optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=1.0),
                      optimizer=dict(lr=1e-3, weight_decay=0.05),
-                     clip_grad=dict(max_norm=1.0))
+                     clip_grad=dict(max_norm=10.0))
 default_hooks = dict(logger=dict(interval=10),
                      checkpoint=dict(interval=max_iters, max_keep_ckpts=2))
 randomness = dict(seed=0)
