@@ -17,6 +17,9 @@ from mmvit5.utils import load_config
 
 DEPTH = 'toy/vit5-tiny_depth_shapes.py'
 MASK2FORMER = 'toy/vit5-tiny_mask2former-ins_shapes.py'
+# the toys train with one OpenMP thread: on the shared 2-core machine two threads made each step
+# of them 10-15x slower (docs/en/get_started/quickstart.md, "The toy models")
+ONE_THREAD = dict(OMP_NUM_THREADS='1')
 
 
 def test_dpt_depth_head_shapes_and_range():
@@ -97,7 +100,8 @@ def test_toy_depth_model_learns(toy_root, tmp_path):
     run_tool(tool('train.py') + [config(DEPTH), '--work-dir', str(work), '--cfg-options',
                                  f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
                                  f'param_scheduler.1.end={iters}',
-                                 f'default_hooks.checkpoint.interval={iters}'], cwd=toy_root)
+                                 f'default_hooks.checkpoint.interval={iters}'], cwd=toy_root,
+             env=ONE_THREAD)
     out = run_tool(tool('test.py') + [config(DEPTH), str(work / f'iter_{iters}.pth'),
                                       '--work-dir', str(tmp_path / 'test')], cwd=toy_root)
     rmse = float(re.findall(r'"rmse": ([0-9.]+)', out)[-1])
@@ -144,10 +148,8 @@ def test_toy_mask2former_learns(toy_root, tmp_path):
     is well above an image-blind predictor's (0.06 on this set; the model reached 6.6, and 2.5 at
     40 iterations: fewer would make the margin thin)."""
     iters = 60
-    # one thread: on a shared 2-core machine two OpenMP threads made each step ~15x slower
     out = run_tool(tool('train.py') + [config(MASK2FORMER), '--work-dir', str(tmp_path / 'm2f'),
-                                       '--iters', str(iters)], cwd=toy_root,
-                   env=dict(OMP_NUM_THREADS='1'))
+                                       '--iters', str(iters)], cwd=toy_root, env=ONE_THREAD)
     losses = [float(v) for v in re.findall(r'Iter\(train\).* loss: ([0-9.]+)', out)]
     assert len(losses) >= iters // 10 and losses[-1] < 0.8 * losses[0], losses
     segm_map = 100 * float(re.findall(r'coco/segm_mAP: ([0-9.]+)', out)[-1])
