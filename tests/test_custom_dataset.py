@@ -285,9 +285,9 @@ def test_fit_schedule_fits_every_recipe(name):
         floor, train = math.ceil(iters / 10), cfg.train_cfg
         assert train.max_iters == iters
         intervals = [train.val_interval, cfg.default_hooks.checkpoint.interval,
-                     *(i for _, i in train.get('dynamic_intervals', []))]
+                     *(i for _, i in train.get('dynamic_intervals') or [])]
         assert all(floor <= i <= iters for i in intervals), (iters, intervals)
-        milestones = [m for m, _ in train.get('dynamic_intervals', [])]
+        milestones = [m for m, _ in train.get('dynamic_intervals') or []]
         assert milestones == sorted(set(milestones)) and all(1 <= m <= iters for m in milestones)
         assert cfg.default_hooks.logger.interval <= floor
         for key in ('train_cfg', 'param_scheduler', 'custom_hooks'):
