@@ -35,12 +35,6 @@ class MaskCoverage(NamedTuple):
         return self.visited_fraction / self.exact
 
 
-def rule_allows(layout: WindowLayout) -> torch.Tensor:
-    """The rule as a dense (T, T) bool matrix in window-major order."""
-    ids = layout.window_ids
-    return (ids[:, None] == ids[None, :]) | (ids[:, None] < 0) | (ids[None, :] < 0)
-
-
 def mask_coverage(size: int, window: int = 14, registers: int = 4,
                   patch: int = 16) -> MaskCoverage:
     """The block mask of a (size x size) image's layout against the rule."""
@@ -51,7 +45,8 @@ def mask_coverage(size: int, window: int = 14, registers: int = 4,
     full = int(mask.full_kv_num_blocks.sum()) if mask.full_kv_num_blocks is not None else 0
     block = mask.BLOCK_SIZE[0]
     n = -(-len(layout) // block)
-    exact = float(rule_allows(layout).float().mean())
+    tokens = torch.arange(len(layout))
+    exact = float(layout.allows(tokens[:, None], tokens[None, :]).float().mean())
     return MaskCoverage(size, window, len(layout), block, n * n, partial + full, partial, exact)
 
 

@@ -54,10 +54,11 @@ def rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
 
 
 def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float,
-                 out_dtype: Optional[torch.dtype]) -> Tuple[torch.Tensor, torch.Tensor]:
+                 out_dtype: Optional[torch.dtype],
+                 aten: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     """The PyTorch path of :func:`.kernels.rms_norm_triton.rms_norm_fwd`, its contract: out
-    in ``out_dtype`` (None: as computed) and 1/rms (..., 1)."""
-    out, rstd = rms_norm(x, weight, eps)
+    in ``out_dtype`` (None: as computed) and 1/rms (..., 1); ``aten`` as in :func:`rms_norm`."""
+    out, rstd = rms_norm(x, weight, eps, aten)
     return (out if out_dtype is None else out.to(out_dtype)), rstd
 
 
@@ -84,11 +85,11 @@ class _RMSNormFunction(torch.autograd.Function):
                 out_dtype: Optional[torch.dtype], use_triton: bool, aten: bool) -> torch.Tensor:
         ctx.use_triton = use_triton
         if use_triton:
+            x = x.contiguous()  # the kernels' layout, kept as is for backward
             out, rstd = run_kernel('rms_norm_fwd', rms_norm_triton.rms_norm_fwd, rms_norm_fwd,
-                                   x.contiguous(), weight, eps, out_dtype)
+                                   x, weight, eps, out_dtype)
         else:
-            out, rstd = rms_norm(x, weight, eps, aten)
-            out = out if out_dtype is None else out.to(out_dtype)
+            out, rstd = rms_norm_fwd(x, weight, eps, out_dtype, aten)
         ctx.save_for_backward(x, rstd, weight)
         return out
 
@@ -97,8 +98,7 @@ class _RMSNormFunction(torch.autograd.Function):
         x, rstd, weight = ctx.saved_tensors
         if ctx.use_triton:
             grad_x, shares = run_kernel('rms_norm_bwd', rms_norm_triton.rms_norm_bwd,
-                                        rms_norm_bwd, grad.contiguous(), x.contiguous(), rstd,
-                                        weight)
+                                        rms_norm_bwd, grad.contiguous(), x, rstd, weight)
             grad_weight = shares.sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
             return grad_x, grad_weight, None, None, None, None
         grad = grad.to(torch.promote_types(x.dtype, weight.dtype))

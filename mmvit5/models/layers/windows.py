@@ -81,17 +81,22 @@ class WindowLayout:
     def __len__(self) -> int:
         return self.order.numel()
 
+    def allows(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        """The rule for query positions ``q`` and key positions ``kv`` (broadcast index
+        tensors, window-major order): the same window, or either a prefix token."""
+        ids = self.window_ids
+        return (ids[q] == ids[kv]) | (ids[q] < 0) | (ids[kv] < 0)
+
     def block_mask(self):
         """flex_attention's block-sparse mask of the rule, built on first use."""
         if self._block_mask is None:
             from torch.nn.attention.flex_attention import create_block_mask
-            ids = self.window_ids
 
             def rule(b, h, q, kv):
-                return (ids[q] == ids[kv]) | (ids[q] < 0) | (ids[kv] < 0)
+                return self.allows(q, kv)
 
             self._block_mask = create_block_mask(rule, None, None, len(self), len(self),
-                                                 device=ids.device)
+                                                 device=self.window_ids.device)
         return self._block_mask
 
 
