@@ -1,3 +1,4 @@
+from .coco_checks import check_coco_categories, coco_summary
 from .config import (
     SCOPES,
     amp_for_device,
@@ -10,10 +11,8 @@ from .config import (
 )
 from .custom_data import (
     OwnData,
-    check_coco_categories,
     check_masks,
     coco_classes,
-    coco_summary,
     read_class_file,
     set_num_classes,
     use_coco_data,
