@@ -66,11 +66,10 @@ def finetune_config(args):
         amp_for_device,
         check_config,
         load_config,
+        read_coco_splits,
         use_coco_data,
         use_seg_folder,
     )
-    from mmvit5.utils.custom_data import read_coco_splits
-
     # the jsons need no config: their mistakes are named before the recipe is loaded
     jsons = read_coco_splits(args.data_root, args.train_ann, args.val_ann) \
         if args.task == 'det' else None

@@ -14,6 +14,7 @@ from .custom_data import (
     check_masks,
     coco_classes,
     read_class_file,
+    read_coco_splits,
     set_num_classes,
     use_coco_data,
     use_seg_folder,
@@ -27,5 +28,5 @@ __all__ = ['OwnData', 'SCOPES', 'amp_for_device', 'build_runner', 'check_coco_ca
            'check_config', 'check_masks', 'check_pretrained', 'check_widths', 'coco_classes',
            'coco_summary', 'config_from_args', 'distinct_palette', 'enable_amp', 'enable_resume',
            'fit_schedule', 'load_config', 'pretrained_checkpoints', 'read_class_file',
-           'set_num_classes', 'shrink_model', 'sync_widths', 'usable_palette', 'use_coco_data',
-           'use_seg_folder', 'width_mismatches']
+           'read_coco_splits', 'set_num_classes', 'shrink_model', 'sync_widths',
+           'usable_palette', 'use_coco_data', 'use_seg_folder', 'width_mismatches']

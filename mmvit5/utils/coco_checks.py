@@ -10,6 +10,8 @@ import json
 from collections import Counter
 from typing import Dict, List
 
+from .checks import count
+
 IMAGE_KEYS = ('id', 'file_name', 'width', 'height')
 ANNOTATION_KEYS = ('id', 'image_id', 'category_id', 'bbox', 'area', 'segmentation')
 HOW = ('COCO\'s "images" are {"id", "file_name", "width", "height"}, its "annotations" '
@@ -54,7 +56,7 @@ def check_coco(coco: dict, ann_file: str) -> None:
     files = {i['id']: i['file_name'] for i in images}
     orphans = [a for a in annotations if a['image_id'] not in files]
     if orphans:
-        raise ValueError(f'{ann_file!r} has {_count(len(orphans), "annotation")} whose '
+        raise ValueError(f'{ann_file!r} has {count(len(orphans), "annotation")} whose '
                          f'"image_id" is not among its "images" (first: annotation id '
                          f'{orphans[0]["id"]!r}, image_id {orphans[0]["image_id"]!r}); mmdet '
                          'would drop them without a word: list the image in "images" or '
@@ -70,10 +72,6 @@ def check_coco(coco: dict, ann_file: str) -> None:
             raise ValueError(f'{ann_file!r}: annotation id {ann["id"]!r} on image '
                              f'{ann["image_id"]!r} ({files[ann["image_id"]]!r}) has {value}'
                              f'{others}; {expected}: {fix}')
-
-
-def _count(n: int, noun: str) -> str:
-    return f'{n} {noun}{"s" * (n != 1)}'
 
 
 def _unique_ids(entries: List[dict], ann_file: str, kind: str, describe, why: str) -> None:
@@ -181,13 +179,13 @@ def coco_summary(coco: dict, split: str, filter_cfg: dict = None) -> str:
     if crowd:
         parts.append(f'{crowd} of them crowd regions (iscrowd, ignored in the loss)')
     if skipped:
-        parts.append(f'{_count(skipped, "object")} skipped by mmdet (ignore flag, or a box of '
+        parts.append(f'{count(skipped, "object")} skipped by mmdet (ignore flag, or a box of '
                      'no area, under 1 px or outside its image)')
     if beyond:
         fate = ('clipped to it by the resize (mmdet\'s clip_object_border), its mask cut at '
                 'the border' if split == 'train' else
                 'scored as the json has them (the predictions stay inside)')
-        parts.append(f'{_count(beyond, "object")} reaching beyond its image: {fate}')
+        parts.append(f'{count(beyond, "object")} reaching beyond its image: {fate}')
     filter_cfg = filter_cfg or {}
     if empty:
         if split != 'train':
@@ -197,11 +195,11 @@ def coco_summary(coco: dict, split: str, filter_cfg: dict = None) -> str:
                     'filter_cfg; set it False to train on them as background)')
         else:
             fate = 'kept as background (filter_empty_gt is off)'
-        parts.append(f'{empty} image{"s" * (empty > 1)} without objects: {fate}')
+        parts.append(f'{count(empty, "image")} without objects: {fate}')
     min_size = filter_cfg.get('min_size', 0) if split == 'train' else 0
     small = sum(1 for i in images if min(i.get('width', 0), i.get('height', 0)) < min_size)
     if small:
-        parts.append(f'{small} image{"s" * (small > 1)} under filter_cfg.min_size='
+        parts.append(f'{count(small, "image")} under filter_cfg.min_size='
                      f'{min_size} px on a side: dropped from training')
     return '; '.join(parts)
 

@@ -17,6 +17,8 @@ from typing import List, NamedTuple, Sequence, Tuple
 
 from PIL import Image
 
+from .checks import count
+
 ORIENTATION = 0x0112  # the EXIF / TIFF tag
 TURNS = {2: 'mirrored', 3: 'turned 180°', 4: 'flipped upside down',
          5: 'mirrored and turned 90° counter-clockwise', 6: 'turned 90° clockwise',
@@ -165,7 +167,7 @@ def _orientation_note(tagged: List[tuple], rule: LoadRule) -> str:
     if not tagged:
         return ''
     _, name, frame = tagged[0]
-    note = (f'{_count(len(tagged), "image")} with an EXIF orientation (first: {name}, '
+    note = (f'{count(len(tagged), "image")} with an EXIF orientation (first: {name}, '
             f'{frame.orientation}: {TURNS[frame.orientation]}): ')
     if not frame.turned:
         return note + (f'loaded as stored, the tag ignored (LoadImageFromFile color_type='
@@ -177,10 +179,6 @@ def _orientation_note(tagged: List[tuple], rule: LoadRule) -> str:
                  f'if their annotations were drawn on the stored pixels, {STRIP} '
                  f'{" ".join(blind)})')
     return note
-
-
-def _count(n: int, noun: str) -> str:
-    return f'{n} {noun}{"s" * (n != 1)}'
 
 
 def _images(images: list, one: str, many: str) -> str:
