@@ -449,7 +449,17 @@ def test_coco_format_dataset_trains_and_tests(shapes, monkeypatch, capsys):
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         assert cfg[loader].dataset.metainfo.classes == ('box', 'ellipse')
         assert cfg[loader].dataset.data_root == str(shapes / 'data' / 'toy' / 'coco')
-    # the printed command, with pictures; the run's config stays as training wrote it
+    # the printed command, with pictures; the run's config stays as training wrote it. The
+    # two validation images move into two folders under one name: two pictures, one a folder
+    val = ann_dir / 'instances_val2017.json'
+    ann = json.loads(val.read_text())
+    assert len(ann['images']) == 2
+    for folder, image in zip(('batch1', 'batch2'), ann['images']):
+        source = shapes / 'data' / 'toy' / 'coco' / 'val2017' / image['file_name']
+        (source.parent / folder).mkdir()
+        source.rename(source.parent / folder / 'photo.jpg')
+        image['file_name'] = f'{folder}/photo.jpg'
+    val.write_text(json.dumps(ann))
     before = saved.read_bytes()
     out = run_tool_here('test.py', [*command[1:], '--show-dir', 'vis'], shapes, monkeypatch,
                         capsys)
@@ -459,9 +469,8 @@ def test_coco_format_dataset_trains_and_tests(shapes, monkeypatch, capsys):
     assert saved.read_bytes() == before
     tested = list(tuned.glob(f'*/{saved.name}'))  # <work_dir>/<timestamp>/, beside the log
     assert len(tested) == 1 and 'ShowDirHook' in tested[0].read_text()
-    images = json.loads((ann_dir / 'instances_val2017.json').read_text())['images']
-    assert sorted(p.name for p in (shapes / 'vis').iterdir()) == sorted(
-        osp.splitext(i['file_name'])[0] + '.png' for i in images)
+    assert sorted(str(p.relative_to(shapes / 'vis')) for p in (shapes / 'vis').rglob('*.*')) \
+        == ['batch1/photo.png', 'batch2/photo.png']
 
 
 @pytest.mark.slow  # trains and tests an UperNet
@@ -516,7 +525,7 @@ def test_default_layout_is_mmseg_img_dir_ann_dir(shapes, monkeypatch, capsys):
         shutil.copytree(shapes / ADE / 'annotations' / ade, root / 'ann_dir' / split)
     (root / 'classes.txt').write_text('unused\nground\nbox\noval\nwedge\n')  # value 0 unused
     mask = next((root / 'ann_dir' / 'val').iterdir())
-    cv2.imwrite(str(mask), np.full((8, 8), 255, np.uint8))  # labels nothing
+    cv2.imwrite(str(mask), np.full_like(cv2.imread(str(mask)), 255)[..., 0])  # labels nothing
     from finetune import finetune_config, parse_args
     monkeypatch.chdir(shapes)
     cfg = finetune_config(parse_args(['seg', 'mine', '--config', UPERNET]))

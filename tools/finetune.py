@@ -42,7 +42,8 @@ def parse_args(argv=None):
     det.add_argument('--val-ann', default='annotations/instances_val2017.json')
     det.add_argument('--val-img', default='val2017')
     det.add_argument('--no-image-check', action='store_true',
-                     help='skip checking that every image the jsons list is there')
+                     help='skip checking that every image the jsons list is there and loads '
+                     'at the size the json gives it (one header read an image)')
     seg.add_argument('--classes', default='classes.txt',
                      help='class names, one a line, label 0 first')
     seg.add_argument('--train-img', default='img_dir/train')
@@ -54,7 +55,8 @@ def parse_args(argv=None):
     seg.add_argument('--reduce-zero-label', action='store_true',
                      help='mask value 0 is unlabelled and value v is class v - 1 (ADE20K)')
     seg.add_argument('--no-mask-check', action='store_true',
-                     help='skip reading every mask to check its values')
+                     help='skip checking that every image loads at its mask\'s size and that '
+                     'every mask\'s values are labels')
     return parser.parse_args(argv)
 
 
@@ -64,9 +66,13 @@ def finetune_config(args):
         amp_for_device,
         check_config,
         load_config,
+        read_coco_splits,
         use_coco_data,
         use_seg_folder,
     )
+    # the jsons need no config: their mistakes are named before the recipe is loaded
+    jsons = read_coco_splits(args.data_root, args.train_ann, args.val_ann) \
+        if args.task == 'det' else None
     work_dir = args.work_dir or osp.join(
         'work_dirs', f'{osp.splitext(osp.basename(args.config))[0]}_'
         f'{osp.basename(osp.normpath(args.data_root))}')
@@ -76,7 +82,7 @@ def finetune_config(args):
                       max_iters=args.iters)
     if args.task == 'det':
         data = use_coco_data(cfg, args.data_root, args.train_ann, args.train_img,
-                             args.val_ann, args.val_img, not args.no_image_check)
+                             args.val_ann, args.val_img, not args.no_image_check, jsons)
         source = osp.join(args.data_root, args.train_ann)
     else:
         data = use_seg_folder(cfg, args.data_root, args.classes, args.train_img,

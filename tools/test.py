@@ -5,8 +5,9 @@
 
 Logs go to ``<work_dir>/<timestamp>/``, with the config as tested; the CONFIG file itself is
 never rewritten, even when it is a training run's config in that run's work dir. Only the test
-split's data must exist. ``--show-dir DIR`` draws every test image into DIR, one PNG per image,
-for detection and segmentation alike (:class:`mmvit5.engine.ShowDirHook`).
+split's data must exist. ``--show-dir DIR`` draws every test image into DIR, one PNG per image
+that keeps the image's path below the test images' folder (``batch1/x.jpg`` ->
+``DIR/batch1/x.png``), for detection and segmentation alike (:class:`mmvit5.engine.ShowDirHook`).
 """
 import argparse
 import json
@@ -21,8 +22,9 @@ def parse_args():
     parser = argparse.ArgumentParser(description='Test (and evaluate) a model')
     parser.add_argument('config', help='config file')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--show-dir', help='draw every test image into this folder (one PNG '
-                        'per image, relative to the current folder)')
+    parser.add_argument('--show-dir', help='draw every test image into this folder (relative to '
+                        'the current folder), one PNG per image at its path below the test '
+                        'images\' folder')
     return add_runner_args(parser).parse_args()
 
 

@@ -1,3 +1,4 @@
+from .coco_checks import check_coco_categories, coco_summary
 from .config import (
     SCOPES,
     amp_for_device,
@@ -10,11 +11,10 @@ from .config import (
 )
 from .custom_data import (
     OwnData,
-    check_coco_categories,
     check_masks,
     coco_classes,
-    coco_summary,
     read_class_file,
+    read_coco_splits,
     set_num_classes,
     use_coco_data,
     use_seg_folder,
@@ -28,5 +28,5 @@ __all__ = ['OwnData', 'SCOPES', 'amp_for_device', 'build_runner', 'check_coco_ca
            'check_config', 'check_masks', 'check_pretrained', 'check_widths', 'coco_classes',
            'coco_summary', 'config_from_args', 'distinct_palette', 'enable_amp', 'enable_resume',
            'fit_schedule', 'load_config', 'pretrained_checkpoints', 'read_class_file',
-           'set_num_classes', 'shrink_model', 'sync_widths', 'usable_palette', 'use_coco_data',
-           'use_seg_folder', 'width_mismatches']
+           'read_coco_splits', 'set_num_classes', 'shrink_model', 'sync_widths',
+           'usable_palette', 'use_coco_data', 'use_seg_folder', 'width_mismatches']

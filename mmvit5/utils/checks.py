@@ -43,3 +43,8 @@ def check_number(name: str, value, *, low: Optional[float] = None,
         bounds = ''
     raise ValueError(f'{name} must be {"an integer" if integer else "a number"}{bounds}, '
                      f'got {value!r}' + (f'; {hint}' if hint else ''))
+
+
+def count(n: int, noun: str) -> str:
+    """``'1 image'``, ``'2 images'``: a count in a message."""
+    return f'{n} {noun}{"s" * (n != 1)}'

@@ -9,15 +9,16 @@ config keeps the recipe's model, pipelines and optimizer.
 """
 import json
 import os.path as osp
-from collections import Counter
-from typing import NamedTuple, Sequence, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import mmcv
 import numpy as np
 from mmengine.config import Config
 from mmengine.fileio import list_dir_or_file
 
+from .coco_checks import check_coco, check_same_categories, coco_summary
 from .config import innermost_dataset
+from .image_frames import AS_STORED, UPRIGHT, LoadRule, check_frames, load_rule, read_frame
 from .palette import distinct_palette
 
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
@@ -72,67 +73,6 @@ def _coco_names(coco: dict, ann_file: str) -> Tuple[str, ...]:
     names = tuple(str(c.get('name', '')).strip() for c in coco.get('categories') or [])
     return _checked_names(names, f'{ann_file!r} (its "categories")',
                           'list every class as {"id": ..., "name": ...} in "categories"')
-
-
-def check_coco_categories(coco: dict, ann_file: str) -> None:
-    """Fail on an annotation whose ``category_id`` the json's ``categories`` do not list:
-    mmdet's ``CocoDataset`` would drop that object without a word."""
-    known = sorted(c.get('id') for c in coco.get('categories') or [])
-    unknown = Counter(a.get('category_id') for a in coco.get('annotations') or []
-                      if a.get('category_id') not in known)
-    if unknown:
-        first = next(a for a in coco['annotations'] if a.get('category_id') in unknown)
-        ids = ', '.join(f'{i!r} ({n} annotation{"s" * (n > 1)})' for i, n in unknown.items())
-        raise ValueError(
-            f'{ann_file!r} has annotations with category_id {ids} (first: annotation id '
-            f'{first.get("id")!r} on image {first.get("image_id")!r}), but its "categories" '
-            f'list the ids {known}; mmdet would drop these objects without a word. Add '
-            f'{{"id": {next(iter(unknown))!r}, "name": ...}} to "categories", or correct the '
-            'annotations\' category_id')
-
-
-def coco_summary(coco: dict, split: str, filter_cfg: dict = None) -> str:
-    """One line on a COCO split as mmdet will read it: images, objects, and what happens to
-    the images without objects, the images under ``filter_cfg.min_size`` and the objects
-    mmdet skips (``filter_cfg`` is the training dataset's; a validation split keeps every
-    image, since mmdet filters nothing in test mode)."""
-    images = coco.get('images') or []
-    annotations = coco.get('annotations') or []
-    with_objects = {a.get('image_id') for a in annotations}
-    empty = sum(i.get('id') not in with_objects for i in images)
-    sizes = {i.get('id'): (i.get('width', 0), i.get('height', 0)) for i in images}
-    skipped = sum(1 for a in annotations
-                  if a.get('ignore') or _skipped(a, *sizes.get(a.get('image_id'), (0, 0))))
-    crowd = sum(1 for a in annotations if a.get('iscrowd'))
-    parts = [f'{split}: {len(images)} images, {len(annotations) - skipped} objects']
-    if crowd:
-        parts.append(f'{crowd} of them crowd regions (iscrowd, ignored in the loss)')
-    if skipped:
-        parts.append(f'{skipped} object{"s" * (skipped > 1)} skipped by mmdet (ignore flag, '
-                     'or a box of no area, under 1 px or outside its image)')
-    filter_cfg = filter_cfg or {}
-    if empty:
-        if split != 'train':
-            fate = 'kept (validation and test keep every image)'
-        elif filter_cfg.get('filter_empty_gt'):
-            fate = ('dropped from training by filter_empty_gt (train_dataloader.dataset.'
-                    'filter_cfg; set it False to train on them as background)')
-        else:
-            fate = 'kept as background (filter_empty_gt is off)'
-        parts.append(f'{empty} image{"s" * (empty > 1)} without objects: {fate}')
-    min_size = filter_cfg.get('min_size', 0) if split == 'train' else 0
-    small = sum(1 for i in images if min(i.get('width', 0), i.get('height', 0)) < min_size)
-    if small:
-        parts.append(f'{small} image{"s" * (small > 1)} under filter_cfg.min_size='
-                     f'{min_size} px on a side: dropped from training')
-    return '; '.join(parts)
-
-
-def _skipped(ann: dict, width: int, height: int) -> bool:
-    """Whether mmdet's ``CocoDataset.parse_data_info`` skips this object."""
-    x, y, w, h = ann.get('bbox') or (0, 0, 0, 0)
-    inside = (max(0, min(x + w, width) - max(x, 0)) * max(0, min(y + h, height) - max(y, 0)))
-    return inside == 0 or ann.get('area', 0) <= 0 or w < 1 or h < 1
 
 
 def _checked_names(names: Tuple[str, ...], where: str, fix: str) -> Tuple[str, ...]:
@@ -213,31 +153,66 @@ def _require_dir(path: str, what: str, option: str) -> None:
                                 f'{option}{where}')
 
 
-def check_coco_images(ann_file: str, img_dir: str, option: str, coco: dict = None) -> int:
-    """Fail unless every image the json lists is in ``img_dir``; returns the image count.
+def check_coco_images(ann_file: str, img_dir: str, option: str, coco: dict,
+                      rule: LoadRule = UPRIGHT) -> str:
+    """Fail unless every image the json lists is in ``img_dir`` and loads in the frame the
+    json's ``width`` and ``height`` give it (EXIF orientation included, as ``rule`` loads it).
+    Reads each image's header, no pixel.
 
-    ``coco`` is the json's content, if it was read already (a COCO train json is ~450 MB)."""
+    Args:
+        ann_file (str): The json's path, for the messages.
+        img_dir (str): The folder its file names are relative to.
+        option (str): The option that sets ``img_dir``, for the messages.
+        coco (dict): The json's content (a COCO train json is ~450 MB: read it once).
+        rule (LoadRule): How the split's pipeline loads images (:func:`load_rule`).
+
+    Returns:
+        str: The summary's note on images with an EXIF orientation ('' if none).
+    """
     _require_dir(img_dir, 'image folder', option)
-    images = (_read_coco(ann_file) if coco is None else coco).get('images') or []
-    if not images:
-        raise ValueError(f'{ann_file!r} lists no "images"; a COCO json needs one entry per '
-                         'image: {"id", "file_name", "height", "width"}')
+    images = coco['images']
     missing = [i['file_name'] for i in images
                if not osp.isfile(osp.join(img_dir, i['file_name']))]
     if missing:
         raise FileNotFoundError(f'{len(missing)} of the {len(images)} images {ann_file!r} '
                                 f'lists are not in {img_dir!r} (first: {missing[0]!r}); point '
                                 f'{option} at the folder the "file_name"s are relative to')
-    return len(images)
+    return check_frames(
+        [(osp.join(img_dir, i['file_name']), f'{i["file_name"]!r} (id {i["id"]!r})',
+          'the json says', (i['width'], i['height'])) for i in images], rule,
+        f'the size {ann_file!r} gives them',
+        'write each image\'s size into its "width" and "height", and check that its '
+        'annotations were drawn on that image (a resized image needs them scaled too)')
+
+
+def read_coco_splits(data_root: str, train_ann: str, val_ann: str) -> Dict[str, dict]:
+    """The training and validation jsons, each checked
+    (:func:`mmvit5.utils.coco_checks.check_coco`), with the same categories in the same order
+    (mmdet numbers the labels in that order and ``CocoMetric`` maps them back to the
+    validation json's ids). Needs no config: ``tools/finetune.py`` refuses bad jsons before it
+    loads one.
+
+    Returns:
+        dict: ``{'train': ..., 'val': ...}``, the jsons' contents.
+    """
+    _require_dir(data_root, 'data root', 'DATA_ROOT')
+    paths = dict(train=osp.join(data_root, train_ann), val=osp.join(data_root, val_ann))
+    jsons = {split: _read_coco(path) for split, path in paths.items()}
+    for split, path in paths.items():
+        _coco_names(jsons[split], path)
+        check_coco(jsons[split], path)
+    check_same_categories(jsons['train'], jsons['val'], paths['train'], paths['val'])
+    return jsons
 
 
 def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, val_ann: str,
-                  val_img: str, check_images: bool = True) -> Tuple[str, ...]:
+                  val_img: str, check_images: bool = True,
+                  jsons: Optional[Dict[str, dict]] = None) -> Tuple[str, ...]:
     """Train ``cfg`` (a Mask R-CNN, Cascade R-CNN or instance Mask2Former recipe) on a
     COCO-format dataset.
 
-    The class names are those of the training json; the validation json must list the same
-    categories, since ``CocoMetric`` matches predictions to its ids by name.
+    The class names are those of the training json; the jsons are checked
+    (:func:`read_coco_splits`) before the config is changed.
 
     Args:
         cfg (Config): Changed in place: datasets, evaluators, heads' ``num_classes``.
@@ -247,29 +222,23 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
         train_img (str): Folder the training json's file names are relative to.
         val_ann (str): Validation json (also the test split).
         val_img (str): Folder of the validation images.
-        check_images (bool): Check that every listed image is there.
+        check_images (bool): Check that every listed image is there and loads at the size
+            the json gives it (one header read an image).
+        jsons (dict, optional): What :func:`read_coco_splits` returned, if it ran already.
 
     Returns:
         OwnData: The class names, label 0 first, and a summary line a split.
     """
-    _require_dir(data_root, 'data root', 'DATA_ROOT')
-    jsons = {}
-    for split, ann in (('train', train_ann), ('val', val_ann)):
-        path = osp.join(data_root, ann)
-        jsons[split] = coco = _read_coco(path)
-        names = _coco_names(coco, path)
-        check_coco_categories(coco, path)
-        if split == 'train':
-            classes = names
-        elif set(names) != set(classes):
-            raise ValueError(f'the training json has classes {list(classes)} but the '
-                             f'validation json {val_ann!r} has {list(names)}; both need the '
-                             'same "categories"')
-    for split, ann, img, option in (('train', train_ann, train_img, '--train-img'),
-                                    ('val', val_ann, val_img, '--val-img')):
-        if check_images:
-            check_coco_images(osp.join(data_root, ann), osp.join(data_root, img), option,
-                              jsons[split])
+    jsons = jsons or read_coco_splits(data_root, train_ann, val_ann)
+    splits = (('train', train_ann, train_img, '--train-img', 'train_dataloader'),
+              ('val', val_ann, val_img, '--val-img', 'val_dataloader'))
+    classes = _coco_names(jsons['train'], osp.join(data_root, train_ann))
+    notes = {}
+    for split, ann, img, option, loader in splits:
+        pipeline = innermost_dataset(cfg[loader].dataset).get('pipeline')
+        notes[split] = check_coco_images(
+            osp.join(data_root, ann), osp.join(data_root, img), option, jsons[split],
+            load_rule(pipeline)) if check_images else ''
     for loader, ann, img in (('train_dataloader', train_ann, train_img),
                              ('val_dataloader', val_ann, val_img),
                              ('test_dataloader', val_ann, val_img)):
@@ -281,8 +250,8 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
             metric.ann_file = osp.abspath(osp.join(data_root, val_ann))
     set_num_classes(cfg.model, len(classes))
     filter_cfg = innermost_dataset(cfg.train_dataloader.dataset).get('filter_cfg')
-    return OwnData(classes, tuple(coco_summary(jsons[split], split, filter_cfg)
-                                  for split in ('train', 'val')))
+    return OwnData(classes, tuple('; '.join(filter(None, (
+        coco_summary(jsons[split], split, filter_cfg), notes[split]))) for split in notes))
 
 
 def seg_pairs(img_dir: str, mask_dir: str, img_suffix: str, mask_suffix: str,
@@ -361,7 +330,9 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         mask_suffix (str): Mask file ending.
         reduce_zero_label (bool): Mask value 0 is unlabelled and value ``v`` is class
             ``v - 1`` (ADE20K's convention); else value ``v`` is class ``v``.
-        check (bool): Read every mask and check its values (one pass over the masks).
+        check (bool): Check that every image loads at its mask's size (EXIF orientation
+            included, one header read a file) and every mask's values (one pass over the
+            masks).
 
     Returns:
         OwnData: The class names, label 0 first, and a summary line a split.
@@ -369,17 +340,25 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
     _require_dir(data_root, 'data root', 'DATA_ROOT')
     classes = read_class_file(osp.join(data_root, classes_file))
     summary = []
-    for split, img, mask, img_option, mask_option in (
-            ('train', train_img, train_mask, '--train-img', '--train-mask'),
-            ('val', val_img, val_mask, '--val-img', '--val-mask')):
+    for split, img, mask, img_option, mask_option, loader in (
+            ('train', train_img, train_mask, '--train-img', '--train-mask', 'train_dataloader'),
+            ('val', val_img, val_mask, '--val-img', '--val-mask', 'val_dataloader')):
         pairs = seg_pairs(osp.join(data_root, img), osp.join(data_root, mask), img_suffix,
                           mask_suffix, img_option, mask_option)
         line = f'{split}: {len(pairs)} images'
         if check:
+            note = check_frames(
+                [(i, repr(i), f'its mask {m!r} is', read_frame(m, AS_STORED).loaded)
+                 for i, m in pairs],
+                load_rule(innermost_dataset(cfg[loader].dataset).get('pipeline')),
+                'the size of their masks', 'a mask has its image\'s size: resize the mask '
+                'with nearest-neighbour (interpolated labels are no labels), or pair it with '
+                'its own image')
             empty = check_masks([m for _, m in pairs], len(classes), reduce_zero_label)
             if empty:
                 line += (f'; {empty} mask{"s" * (empty > 1)} without a labelled pixel (only '
                          'ignored values): kept, adding nothing to the loss or the score')
+            line += f'; {note}' if note else ''
         summary.append(line)
     for loader, img, mask in (('train_dataloader', train_img, train_mask),
                               ('val_dataloader', val_img, val_mask),
