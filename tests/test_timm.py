@@ -22,6 +22,7 @@ import torch
 
 import reference_vit5 as ref
 from conftest import REPO
+from mmvit5.checkpoint import CheckpointError
 from mmvit5.models import ViT5
 from mmvit5.models.backbones.vit5_weights import RELEASED_URL
 
@@ -209,6 +210,10 @@ def test_timm_model_checks(released):
                                sd['patch_embed.proj.weight'].sum(dim=1, keepdim=True))
     torch.testing.assert_close(other.blocks[2].attn.qkv.weight, sd['blocks.2.attn.qkv.weight'])
     assert create(folder / f'{NAME}.pth', num_classes=0).num_classes == 0
+    # a file without the classifier is no released classifier: refused, not left at random
+    backbone_only = {k: v for k, v in sd.items() if not k.startswith('head.')}
+    with pytest.raises(CheckpointError, match=r"(?s)missing keys: \['head.weight'.*num_classes"):
+        create(pretrained=True, pretrained_cfg_overlay=dict(state_dict=backbone_only))
     features_only = create(folder / f'{NAME}.pth', features_only=True, out_indices=(1, ))
     torch.testing.assert_close(features_only.model.blocks[1].mlp.fc2.bias,
                                sd['blocks.1.mlp.fc2.bias'])
