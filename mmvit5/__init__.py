@@ -20,6 +20,9 @@ from . import compat  # noqa: E402
 compat.apply_patches()  # before anything below imports mmdet.models
 from .engine import *  # noqa: F401,F403,E402
 from .models import *  # noqa: F401,F403,E402
+from .utils.after_import import import_after  # noqa: E402
+
+import_after('timm', 'mmvit5.timm')  # the ViT-5 models in timm's registry, timm stays optional
 from .version import __version__  # noqa: E402
 
 __all__ = ['__version__']

@@ -1,11 +1,15 @@
 """Reading checkpoint files: local paths and URLs, the released DeiT-style layout, mmengine's,
-and plain dicts. File formats only; what a ViT-5 makes of the keys is
+and plain dicts, as PyTorch files (``torch.load(weights_only=True)``) or ``.safetensors``
+(tensors only, no pickle). File formats only; what a ViT-5 makes of the keys is
 :func:`mmvit5.models.backbones.vit5_weights.checkpoint_filter_fn`, as timm splits it.
 
 A URL is downloaded once into the torch hub cache, ``torch.hub.get_dir()/checkpoints/<file
 name>``: the file that mmengine's ``CheckpointLoader`` (``load_from_http``) and
 ``torch.hub.load_state_dict_from_url`` read for the same URL, so a file that either of them
 downloaded, or that a user put there by hand, is used with no network.
+
+mmengine's own loader (``load_from``, ``runner.load_checkpoint``, ``tools/test.py``) reads
+local ``.safetensors`` files through :func:`load_from_safetensors`, registered here.
 """
 import http.client
 import os
@@ -15,14 +19,18 @@ import zipfile
 from typing import Dict, Optional
 from urllib.parse import urlparse
 
+import safetensors
+import safetensors.torch
 import torch
 from mmengine.dist import get_dist_info
 from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
+from mmengine.runner import CheckpointLoader
 
 # Keys under which the known layouts keep the weights, in the order they are looked for.
 STATE_DICT_KEYS = ('state_dict', 'model', 'model_ema')
 URL_SCHEMES = ('http://', 'https://')
+SAFETENSORS = '.safetensors'
 DOCS = 'docs/en/user_guides/checkpoints.md'
 
 
@@ -33,6 +41,12 @@ class CheckpointError(ValueError):
 def is_url(path: str) -> bool:
     """Whether ``path`` is an http(s) URL (downloaded into the torch hub cache)."""
     return isinstance(path, str) and path.startswith(URL_SCHEMES)
+
+
+def is_safetensors(path: str) -> bool:
+    """Whether ``path`` names a safetensors file (by its suffix, as timm and transformers
+    tell the formats apart)."""
+    return str(path).endswith(SAFETENSORS)
 
 
 def hub_cache_path(url: str) -> str:
@@ -82,9 +96,10 @@ def cached_checkpoint(url: str) -> str:
 
 
 def check_checkpoint_file(path: str) -> None:
-    """Raise unless ``path`` is a file that looks like a PyTorch checkpoint, without loading
-    it: a zip archive (``torch.save`` since 1.6) or a pickle (the legacy format). A truncated
-    download lacks the zip's central directory at its end."""
+    """Raise unless ``path`` is a file that looks like a checkpoint, without loading it: a zip
+    archive (``torch.save`` since 1.6), a pickle (the legacy format), or a ``.safetensors``
+    file whose header covers the whole file. A truncated download lacks the zip's central
+    directory at its end, or the safetensors' last tensors."""
     if not os.path.isfile(path):
         raise FileNotFoundError(
             f'checkpoint {path!r} does not exist. Give the path of a file, or the released '
@@ -94,6 +109,13 @@ def check_checkpoint_file(path: str) -> None:
             legacy = f.read(1) == b'\x80'  # pickle protocol 2+
     except OSError as exc:
         raise CheckpointError(f'cannot read checkpoint {path!r}: {exc}') from exc
+    if is_safetensors(path):
+        try:
+            with safetensors.safe_open(path, 'pt'):
+                return
+        except (safetensors.SafetensorError, OSError) as exc:
+            raise CheckpointError(f'checkpoint {path!r} is truncated or not a safetensors file '
+                                  f'({exc}): download or convert it again') from exc
     if not legacy and not zipfile.is_zipfile(path):
         raise CheckpointError(f'checkpoint {path!r} is truncated or not a PyTorch checkpoint: '
                               'download it again (delete it first if it is in the torch hub '
@@ -102,7 +124,7 @@ def check_checkpoint_file(path: str) -> None:
 
 def read_checkpoint(path: str) -> dict:
     """Load a checkpoint file, or a URL's cached copy (:func:`cached_checkpoint`), on the CPU
-    with ``weights_only=True``.
+    with ``weights_only=True``; a ``.safetensors`` file gives its flat dict of tensors.
 
     :mod:`mmvit5.compat` allow-lists the few non-tensor types that mmengine and the released
     ViT-5 files hold (``argparse.Namespace``, mmengine's log buffers), nothing else: a
@@ -112,6 +134,8 @@ def read_checkpoint(path: str) -> dict:
     if is_url(path):
         path = cached_checkpoint(path)
     check_checkpoint_file(path)
+    if is_safetensors(path):
+        return safetensors.torch.load_file(path, device='cpu')
     try:
         checkpoint = torch.load(path, map_location='cpu', weights_only=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, zipfile.BadZipFile,
@@ -151,6 +175,18 @@ def extract_state_dict(checkpoint: dict, key: Optional[str] = None,
         if not state:
             raise CheckpointError(f'checkpoint has no keys under prefix {prefix!r}')
     return state
+
+
+# a regular expression, as mmengine matches its schemes: local paths (no "scheme://") that end
+# in .safetensors; mmengine tries it before its catch-all local loader ('')
+@CheckpointLoader.register_scheme(prefixes=r'(?!\w+://).*\.safetensors$')
+def load_from_safetensors(filename: str, map_location=None) -> dict:
+    """mmengine's checkpoint loader for local ``.safetensors`` files (:func:`read_checkpoint`).
+
+    The tensors stay on the CPU whatever ``map_location`` says; ``load_state_dict`` copies
+    them onto the model's device.
+    """
+    return read_checkpoint(os.path.expanduser(filename))
 
 
 @WEIGHT_INITIALIZERS.register_module(name='ReleasedPretrained')

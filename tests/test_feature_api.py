@@ -50,7 +50,7 @@ def test_final_output_and_nlc_tokens(model, images):
     with torch.no_grad():
         final, maps = model.forward_intermediates(images, indices=[1, 3])
         _, tokens = model.forward_intermediates(images, indices=[1, 3], output_fmt='NLC')
-        features = model.forward_features(images)
+        features = model.forward_tokens(images)
     # the final output is every token ([cls, patches, registers]) after the final norm
     assert final.shape == (2, 1 + 15 + 4, 32)
     torch.testing.assert_close(final[:, 0], features['cls_token'])

@@ -42,7 +42,7 @@ def test_parity_with_reference(released, mode, size):
     images = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ours = model(images)[0]
-        features = model.forward_features(images)
+        features = model.forward_tokens(images)
     expected = ref.forward(sd, images, HEADS, (IMG // 16, IMG // 16), mode)
     N = (size[0] // 16) * (size[1] // 16)
     assert ours.shape == expected.shape == (2, 1 + N + 4, DIM)
@@ -136,7 +136,7 @@ def test_out_indices_and_out_types():
     x = torch.randn(2, 3, 70, 90)  # not multiples of 16: padded to a 5x6 grid
     with torch.no_grad():
         feats = model(x)
-        tokens = model.forward_features(x)
+        tokens = model.forward_tokens(x)
     assert [f.shape for f in feats] == [(2, DIM, 5, 6)] * 2
     patches = tokens['patch_tokens'].transpose(1, 2).reshape(2, DIM, 5, 6)
     assert torch.equal(feats[1], patches)

@@ -178,8 +178,8 @@ def test_loaded_ablation_keeps_the_released_function(released, name, same_as):
     _, path = released
     x = torch.randn(2, 3, 64, 80)
     with torch.no_grad():
-        ablated = build(path, **SWITCHES[name]).forward_features(x)['patch_tokens']
-        released_out = build(path).forward_features(x, **same_as)['patch_tokens']
+        ablated = build(path, **SWITCHES[name]).forward_tokens(x)['patch_tokens']
+        released_out = build(path).forward_tokens(x, **same_as)['patch_tokens']
     assert rel_err(ablated, released_out) < 1e-5
 
 

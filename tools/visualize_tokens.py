@@ -38,7 +38,7 @@ def token_norms(model, x, with_registers: bool) -> dict:
     (a ViT5) on the image tensor ``x``."""
     import torch
     with torch.no_grad():
-        out = model.forward_features(x, with_registers=with_registers)
+        out = model.forward_tokens(x, with_registers=with_registers)
     rows, cols = out['grid']
     return dict(patch=out['patch_tokens'][0].norm(dim=-1).reshape(rows, cols).numpy(),
                 prefix=torch.cat((out['cls_token'], out['reg_tokens'][0])).norm(dim=-1).numpy())

@@ -24,14 +24,15 @@ from ..layers.plan import ATTN_IMPLS, CP_IMPLS, ExecutionMode, ExecutionPlan, ma
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.rope import ROPE_MODES, RotaryEmbedding2D, register_grid, rotations, sequence_angles
 from ..layers.windows import WindowLayout, permute_tokens, window_layout
+from .vit5_timm_api import ViT5TimmApi
 from .vit5_weights import RELEASED_SWITCHES, checkpoint_filter_fn
 
-OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap')
+OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap', 'head')
 DROP_PATH_SCHEDULES = ('uniform', 'linear')
 
 
 @MODELS.register_module()
-class ViT5(BaseModule):
+class ViT5(ViT5TimmApi, BaseModule):
     """ViT-5: RMSNorm, LayerScale, QK-Norm, absolute + 2D RoPE positions, registers.
 
     Numerically the released implementation on its checkpoints, extended to any input size:
@@ -55,7 +56,8 @@ class ViT5(BaseModule):
             values count from the end. Defaults to -1.
         out_type (str): ``'featmap'`` (B, C, H, W) patch map with class token and registers
             stripped; ``'raw'`` (B, T, C) all tokens; ``'cls_token'`` (B, C);
-            ``'avg_featmap'`` (B, C) mean of the patch tokens.
+            ``'avg_featmap'`` (B, C) mean of the patch tokens; ``'head'``: one tensor,
+            timm's ``forward_head(forward_features(x))`` (logits, see ``num_classes``).
         final_norm (bool): Apply the final RMSNorm to the last block's output (all outputs
             taken from the last block see it). Defaults to True, as the reference.
         rope_mode (str): ``'interpolate'`` (positions ``i / n * n_pt``, the reference's
@@ -99,6 +101,11 @@ class ViT5(BaseModule):
             fuses ViT-5's elementwise passes (QK-Norm, RoPE, LayerScale), which eager runs as
             separate kernels; see docs/en/advanced/training_path.md for where it pays.
             Not with ``cp_impl='fairscale'`` (use ``'torch'``).
+        num_classes (int): Classes of the linear classifier on the pooled tokens (1000 for
+            the released head); 0 (default) builds none. Read by ``out_type='head'``
+            (timm's API, :class:`.vit5_timm_api.ViT5TimmApi`).
+        global_pool (str): What the classifier reads: ``'token'`` (the class token, as
+            released), ``'avg'`` (the mean of the patch tokens) or ``''`` (no pooling).
         init_cfg (dict, optional): ``dict(type='Pretrained', checkpoint=PATH)`` loads a
             released, mmengine or mmdet/mmseg checkpoint (``prefix`` and ``checkpoint_key``
             select the entry); anything else is mmengine's usual initialisation.
@@ -144,6 +151,8 @@ class ViT5(BaseModule):
                  cp_impl: str = 'fairscale',
                  check_finite: bool = False,
                  compile_blocks: bool = False,
+                 num_classes: int = 0,
+                 global_pool: str = 'token',
                  init_cfg: Optional[Union[dict, List[dict]]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._arch_settings(arch)
@@ -226,6 +235,7 @@ class ViT5(BaseModule):
         # timm's feature metadata, one entry per block (forward_intermediates)
         self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f'blocks.{i}')
                              for i in range(depth)]
+        self.reset_classifier(num_classes, global_pool)  # no head (and no keys) for 0 classes
         self._freeze_stages()
 
     # ----------------------------------------------------------------- configuration
@@ -398,9 +408,10 @@ class ViT5(BaseModule):
         torch hub cache) into this backbone.
 
         ``pos_embed`` is resized (bicubic) from the checkpoint's grid to this model's
-        ``img_size`` grid; the classifier head is ignored; the per-block RoPE frequency
-        buffers of the released files are checked against this model's and dropped. Parts
-        that this model's ablation switches change load as far as they fit
+        ``img_size`` grid; the classifier loads where this model has one (``num_classes``),
+        else it is ignored; the per-block RoPE frequency buffers of the released files are
+        checked against this model's and dropped. Parts that this model's ablation switches
+        change load as far as they fit
         (:func:`.vit5_weights.checkpoint_filter_fn`); any other missing, unexpected or
         mis-shaped key raises :class:`CheckpointError`.
         """
@@ -484,8 +495,8 @@ class ViT5(BaseModule):
             if with_registers and self.reg_token is not None else x[:, :0]
         return torch.cat((self.cls_token.expand(B, -1, -1), x, registers), dim=1), grid
 
-    def forward_features(self, x: torch.Tensor,
-                         with_registers: bool = True) -> Dict[str, torch.Tensor]:
+    def forward_tokens(self, x: torch.Tensor,
+                       with_registers: bool = True) -> Dict[str, torch.Tensor]:
         """All tokens after the final norm, split by role (for analysis and classification).
 
         Args:
@@ -507,7 +518,10 @@ class ViT5(BaseModule):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Args: x (B, in_channels, H, W). Returns one output per ``out_indices`` entry, in
-        that order; blocks after the last requested one are not run."""
+        that order; blocks after the last requested one are not run. With ``out_type='head'``
+        one tensor, timm's classifier output."""
+        if self.out_type == 'head':
+            return self.forward_head(self.forward_features(x))
         x, grid = self.tokens(x)
         outs = self._run_blocks(x, grid, self.out_indices)
         return tuple(self._format_output(outs[i], grid) for i in self.out_indices)
@@ -515,8 +529,8 @@ class ViT5(BaseModule):
     def _run_blocks(self, x: torch.Tensor, grid: Tuple[int, int], indices: Sequence[int],
                     final_norm: bool = True, num_registers: Optional[int] = None
                     ) -> Dict[int, torch.Tensor]:
-        """The one block loop of the model (``forward``, ``forward_features`` and
-        ``forward_intermediates`` all run it).
+        """The one block loop of the model (``forward``, ``forward_features``,
+        ``forward_tokens`` and ``forward_intermediates`` all run it).
 
         Args:
             x (Tensor): Tokens ``[cls, patches, registers]`` (B, T, C) from :meth:`tokens`.

@@ -10,7 +10,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 from mmengine.logging import print_log
 
-from ...checkpoint import CheckpointError
+from ...checkpoint import CheckpointError, extract_state_dict
 from ..layers.pos_embed import resize_pos_embed
 
 # The released weights (the ViT-5 README's links); configs/_base_/vit5_pretrained.py names them
@@ -42,8 +42,12 @@ def switched_keys(switches: Dict[str, object]) -> List[Tuple[str, str]]:
 def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
                          source: str = 'checkpoint') -> 'OrderedDict[str, torch.Tensor]':
     """Map a checkpoint's backbone tensors onto ``model``'s keys, or raise (timm's
-    ``checkpoint_filter_fn``): ``pos_embed`` resized to the model's grid, the classifier and
-    the per-block RoPE buffers dropped (the latter checked first).
+    ``checkpoint_filter_fn``, and the ``pretrained_filter_fn`` of the models
+    :mod:`mmvit5.timm` registers): ``pos_embed`` resized to the model's grid, the per-block
+    RoPE buffers checked and dropped, the classifier kept where the model has one of its shape
+    (``num_classes``; another number of classes leaves the model's at init), the patch
+    embedding adapted to another ``in_channels`` as timm adapts a pretrained stem. A whole
+    checkpoint (released or mmengine layout) is unwrapped first, as timm's filters do.
 
     Where an ablation switch makes the model differ from the checkpoint, what fits loads: the
     checkpoint's tensors of a part switched off are dropped (LayerScale is folded into
@@ -55,13 +59,14 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
 
     Args:
         state (dict[str, Tensor]): Backbone tensors under the released model's keys
-            (:func:`mmvit5.checkpoint.extract_state_dict`).
+            (:func:`mmvit5.checkpoint.extract_state_dict`), or a whole checkpoint.
         model (ViT5): The model to load into.
         source (str): Where ``state`` comes from, for the messages.
 
     Returns:
         OrderedDict: The tensors to load (a subset of the model's keys).
     """
+    state = extract_state_dict(state)
     check_vit5_state(state, source)
     own = model.state_dict()
     notes: Dict[Tuple[str, str], List[str]] = defaultdict(list)
@@ -73,6 +78,10 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
     mismatched = []
     for key, value in state.items():
         if key.startswith(('head.', 'fc_norm.')):
+            if key in own and value.shape != own[key].shape:
+                notes['left at init', f'num_classes={model.num_classes}'].append(key)
+            elif key in own:
+                adapted[key] = value
             continue
         if key.endswith(('attn.rope.freqs', 'attn.rope_reg.freqs')):
             # deterministic buffers, stored per block by the reference: check, then drop
@@ -91,6 +100,10 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
                                      model.pretrain_grid)
             print_log(f'ViT5: resized pos_embed of {source} from {state[key].shape[1]} to '
                       f'{value.shape[1]} positions', logger='current')
+        if key == 'patch_embed.proj.weight' and key in own and value.dim() == 4 \
+                and value.shape[1] != own[key].shape[1]:
+            value = adapt_input_conv(value, own[key].shape[1])
+            notes['adapted', f'in_channels={own[key].shape[1]}'].append(key)
         adapted[key] = value
     if model.layer_scale_init_value not in (None, RELEASED_SWITCHES['layer_scale_init_value']):
         # an init ablation means nothing once a checkpoint's gammas replace the init
@@ -102,6 +115,17 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
         adapted, own, switched_keys(switches), notes, mismatched, source,
         f'this ViT5 (embed_dim {model.embed_dim}, depth {model.depth}, {model.num_registers} '
         f'registers{described}; the checkpoint looks like {describe_state(state)})')
+
+
+def adapt_input_conv(weight: torch.Tensor, in_channels: int) -> torch.Tensor:
+    """The patch embedding's filters (D, C, p, p) for ``in_channels`` inputs, as timm's
+    ``adapt_input_conv`` adapts a pretrained stem: summed over the channels for one input
+    channel, else tiled and scaled by ``C / in_channels``, so that an image whose channels are
+    all equal gives the original response (exactly for multiples of C)."""
+    if in_channels == 1:
+        return weight.sum(dim=1, keepdim=True)
+    repeat = -(-in_channels // weight.shape[1])
+    return weight.repeat(1, repeat, 1, 1)[:, :in_channels] * (weight.shape[1] / in_channels)
 
 
 def check_vit5_state(state: Dict[str, torch.Tensor], source: str) -> None:
@@ -193,8 +217,8 @@ def fit_state_dict(adapted: Dict[str, torch.Tensor], own: Dict[str, torch.Tensor
             '.' + (f'\n  mismatched shapes: {mismatched[:8]}' if mismatched else '') +
             (f'\n  missing keys: {missing[:8]}' if missing else '') +
             (f'\n  unexpected keys: {unexpected[:8]}' if unexpected else '') +
-            '\nSet arch / num_registers / the ablation switches to the checkpoint\'s, or use a '
-            'matching file.')
+            '\nSet arch / num_registers / num_classes / the ablation switches to the '
+            'checkpoint\'s, or use a matching file.')
     for (what, reason), keys in notes.items():
         if keys:
             print_log(f'ViT5: {source}: {len(keys)} tensors {what} ({reason}): '
