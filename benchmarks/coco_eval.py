@@ -13,7 +13,12 @@ bit: the summary statistics and the accumulated precision, recall and score arra
 """
 import contextlib
 import io
+import json
+import os
+import os.path as osp
+import platform
 import statistics
+import tempfile
 import time
 from typing import Dict, List, Sequence
 
@@ -217,6 +222,42 @@ def time_backends(ann_file: str, detections: List[dict], rounds: int,
                                 differences=differences(*(last[b] for b in backends)),
                                 stats=last[backends[0]]['stats'].tolist())
     return report
+
+
+def cpu_name() -> str:
+    """The CPU model and the cores this process may use (the evaluation runs on the CPU)."""
+    model = platform.processor() or 'CPU'
+    if osp.isfile('/proc/cpuinfo'):
+        with open('/proc/cpuinfo') as f:
+            model = next((line.split(':', 1)[1].strip() for line in f
+                          if line.startswith('model name')), model)
+    return f'{model}, {len(os.sched_getaffinity(0))} cores'
+
+
+def benchmark(images: int, dets_per_image: int, rounds: int, seed: int = 0,
+              progress=print) -> dict:
+    """Generate the set (:func:`make_ground_truth`, :func:`make_detections`) and time both
+    backends on it (:func:`time_backends`); returns ``meta`` (machine, versions, sizes) and
+    ``results``, what ``tools/benchmark_coco_eval.py --json`` writes."""
+    from mmvit5.evaluation.coco_metric import BACKENDS, backend_version
+    start = time.perf_counter()
+    gt = make_ground_truth(images, seed=seed)
+    detections = make_detections(gt, dets_per_image, seed=seed + 1)
+    progress(f'[coco_eval] {len(gt["images"])} images, {len(gt["annotations"])} objects, '
+             f'{len(detections)} detections generated in {time.perf_counter() - start:.0f} s')
+    with tempfile.TemporaryDirectory() as tmp:
+        ann_file = osp.join(tmp, 'instances.json')
+        with open(ann_file, 'w') as f:
+            json.dump(gt, f)
+        del gt
+        results = time_backends(ann_file, detections, rounds, BACKENDS, progress)
+    versions = {b: backend_version(b) for b in BACKENDS}
+    meta = dict(machine=cpu_name(), backends=list(BACKENDS), versions=versions, images=images,
+                detections=len(detections), rounds=rounds, seed=seed,
+                note=f'{images} generated images, {len(detections) / images:.0f} detections '
+                f'each (boxes and RLE masks), median of {rounds} alternated rounds; '
+                + ', '.join(f'{b} {v}' for b, v in versions.items()))
+    return dict(meta=meta, results=results)
 
 
 def speedup_table(data: dict) -> str:
