@@ -8,6 +8,8 @@ tools/benchmark_coco_eval.py: pycocotools takes minutes there.
 import contextlib
 import io
 import json
+import os.path as osp
+import runpy
 import sys
 
 import numpy as np
@@ -27,7 +29,7 @@ from benchmarks.coco_eval import (
     make_detections,
     make_ground_truth,
 )
-from conftest import config
+from conftest import REPO, config
 from mmvit5.evaluation.coco_metric import FASTER, PYCOCOTOOLS, FasterCocoMetric
 
 pytest.importorskip('faster_coco_eval')
@@ -180,3 +182,22 @@ def test_backend_choice(monkeypatch):
     assert metric.coco_backend == PYCOCOTOOLS and 'does not import' in metric.backend_reason
     with pytest.raises(ImportError, match='pip install faster-coco-eval'):
         FasterCocoMetric(coco_backend=FASTER)
+
+
+def test_benchmark_tool_writes_the_table(tmp_path, monkeypatch, capsys):
+    """tools/benchmark_coco_eval.py on a tiny set: alternated rounds, a results file with
+    machine, date and commit, and the table tools/make_tables.py renders from it."""
+    from benchmarks.tables import render
+    out = tmp_path / 'coco_eval.json'
+    monkeypatch.setattr(sys, 'argv', ['benchmark_coco_eval.py', '--images', '6', '--dets', '30',
+                                      '--rounds', '2', '--json', str(out)])
+    with pytest.raises(SystemExit) as exit_code:
+        runpy.run_path(osp.join(REPO, 'tools', 'benchmark_coco_eval.py'), run_name='__main__')
+    assert exit_code.value.code == 0  # 1: some number differed
+    data = json.loads(out.read_text())
+    assert {'machine', 'date', 'commit', 'command'} <= set(data['meta'])
+    for found in data['results'].values():
+        assert all(len(times) == 2 for times in found['seconds'].values())
+    table = render('coco-eval', results=str(tmp_path))
+    assert table.count('yes, bit for bit') == 2 and 'commit: ' in table
+    assert 'yes, bit for bit' in capsys.readouterr().out

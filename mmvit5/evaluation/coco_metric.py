@@ -4,6 +4,7 @@ The recipes' evaluators are ``FasterCocoMetric``; ``coco_backend`` picks the eva
 the numbers are pycocotools' either way (tests/test_coco_metric.py compares them bit for bit;
 ``tools/benchmark_coco_eval.py`` measures the difference in time).
 """
+import importlib.metadata
 import inspect
 from contextlib import contextmanager
 from typing import Optional, Sequence, Tuple
@@ -96,7 +97,7 @@ def mmdet_coco_api(backend: str):
 
 
 def backend_version(backend: str) -> str:
-    import importlib.metadata
+    """The installed version of ``backend``'s distribution."""
     return importlib.metadata.version({FASTER: 'faster-coco-eval'}.get(backend, backend))
 
 

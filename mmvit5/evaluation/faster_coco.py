@@ -6,9 +6,9 @@ faster-coco-eval departs from pycocotools in three places, each undone here:
 
 * precision: pycocotools divides by ``tp + fp + np.spacing(1)``, faster-coco-eval (detectron2's
   C++ accumulate) by ``tp + fp``. The two agree except where ``tp + fp == 1``: a curve whose
-  best precision is its first detection alone (the next one is a false positive) has
-  ``1 / (1 + 2**-52)`` in pycocotools, ``1.0`` in faster-coco-eval, at every recall threshold
-  up to that first detection's recall (:meth:`COCOeval.accumulate`);
+  first detection is a true positive and whose next one is not has ``1 / (1 + 2**-52)``
+  (``1 - 2**-52``) in pycocotools, ``1.0`` in faster-coco-eval, at every recall threshold up to
+  that first detection's recall (:class:`COCOeval` finds those curves);
 * ``summarize``: faster-coco-eval reads AP at ``maxDets[-1]``, pycocotools the first at 100 and
   the rest at ``maxDets[2]`` (Lightning-AI/torchmetrics#2560); ``CocoMetric`` always sets
   ``maxDets`` (its ``proposal_nums``, (100, 300, 1000) by default), so pycocotools' own
@@ -26,14 +26,14 @@ from faster_coco_eval import COCO as FasterCOCO
 from faster_coco_eval import COCOeval_faster
 from pycocotools.cocoeval import COCOeval as PycocotoolsCOCOeval
 
-# pycocotools' precision of one true positive alone: 1 / (1 + eps), the largest double below 1
+# pycocotools' precision of one true positive alone: 1 / (1 + eps), that is 1 - 2**-52
 FIRST_ALONE = 1.0 / (1.0 + np.spacing(1))
 
 
 class COCO(FasterCOCO):
     """faster-coco-eval's ``COCO``, failing on an empty detection list as pycocotools does."""
 
-    def loadRes(self, resFile, min_score: float = 0.0):  # noqa: N802 - pycocotools' name
+    def loadRes(self, resFile, min_score: float = 0.0):
         if isinstance(resFile, list) and not resFile:
             raise IndexError('no detections to evaluate')  # what pycocotools raises
         return super().loadRes(resFile, min_score)
