@@ -15,7 +15,7 @@ Kinds of results files:
   (``--components``);
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
 * ``tools/learning_curves.py --json``: ``learning``; ``tools/compile_kernels.py --json``:
-  ``kernels``;
+  ``kernels``; ``tools/benchmark_coco_eval.py --json``: ``coco-eval``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
   copied cell by cell with the commit that reported them (``tables``).
@@ -28,6 +28,7 @@ from typing import Callable, Dict, NamedTuple
 from .ablation import markdown_table as ablation_table
 from .ablation import summarize
 from .breakdown import Launches, PartTime, Saved, launches_table, part_table, saved_table
+from .coco_eval import speedup_table
 from .components import Component, ComponentTimes
 from .kernel_compile import Compiled, compiled_table
 from .report import components_tables
@@ -192,6 +193,7 @@ TABLES: Dict[str, Table] = {
     'onnx-export': Table('transcribed/onnx_export_2026-12-04.json', transcribed),
     'learning-curves': Table('learning_curves.json', learning),
     'kernel-compile': Table('kernel_compile.json', kernels),
+    'coco-eval': Table('coco_eval.json', speedup_table),
 }
 
 

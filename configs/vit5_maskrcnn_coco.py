@@ -68,6 +68,10 @@ train_dataloader = dict(
     dataset=dict(pipeline=train_pipeline))
 val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
 test_dataloader = val_dataloader
+# mmdet's CocoMetric evaluated by faster-coco-eval where it imports: pycocotools' numbers, bit
+# for bit, several times faster (test_evaluator.coco_backend='pycocotools' runs mmdet's own)
+val_evaluator = dict(type='FasterCocoMetric')
+test_evaluator = val_evaluator
 
 # 100 epochs of COCO train2017 at batch 64, steps at 88.9 % and 96.3 % (ViTDet's iterations)
 max_iters = 184375

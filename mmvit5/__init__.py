@@ -19,6 +19,7 @@ from . import compat  # noqa: E402
 
 compat.apply_patches()  # before anything below imports mmdet.models
 from .engine import *  # noqa: F401,F403,E402
+from .evaluation import *  # noqa: F401,F403,E402
 from .models import *  # noqa: F401,F403,E402
 from .utils.after_import import import_after  # noqa: E402
 

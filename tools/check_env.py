@@ -23,7 +23,8 @@ MMCV_VERSION = '2.1.0'
 IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'fairscale', 'pycocotools',
            'ftfy', 'regex']
 # what each extra of setup.py (requirements/<extra>.txt) must make importable
-EXTRA_IMPORTS = {'tests': ['pytest', 'panopticapi'], 'benchmark': ['timm', 'fvcore', 'matplotlib'],
+EXTRA_IMPORTS = {'tests': ['pytest', 'panopticapi'],
+                 'benchmark': ['timm', 'fvcore', 'matplotlib', 'faster_coco_eval'],
                  'deploy': ['onnx', 'onnxruntime', 'onnxscript'],
                  'docs': ['sphinx', 'myst_parser', 'sphinx_rtd_theme', 'sphinx_copybutton']}
 # without --extras: what a GPU image with the wheels of tools/make_wheels.sh has (no docs)

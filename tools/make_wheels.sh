@@ -6,9 +6,9 @@
 #
 # Versions are the ones installed here (the tested stack). Pure-Python packages come as
 # py3 wheels (built here from sdists where PyPI has no wheel: mmcv-lite, fairscale, fvcore);
-# the two compiled ones (pycocotools, shapely) are fetched for PYTHON_VERSION on manylinux
-# x86_64. numpy, scipy, matplotlib, opencv(-headless), pillow, pyyaml, regex, rich, tqdm,
-# pytest, onnx and onnxruntime are expected on the GPU machine already (they are on the
+# the compiled ones (pycocotools, shapely, faster-coco-eval) are fetched for PYTHON_VERSION on
+# manylinux x86_64. numpy, scipy, matplotlib, opencv(-headless), pillow, pyyaml, regex, rich,
+# tqdm, pytest, onnx and onnxruntime are expected on the GPU machine already (they are on the
 # H200 image this project is lent); the bundle stays well under 64 MiB.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +19,7 @@ pip=("$PY" -m pip --disable-pip-version-check -q)
 PURE=(mmengine mmdet mmsegmentation mmpretrain fairscale ftfy wcwidth fvcore iopath yacs
       termcolor addict yapf platformdirs terminaltables prettytable mat4py modelindex
       model-index ordered-set importlib-metadata lazy-importer timm einops)
-BINARY=(pycocotools shapely)
+BINARY=(pycocotools shapely faster-coco-eval)
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 
 rm -f "$out"/*.whl

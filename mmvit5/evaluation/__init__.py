@@ -1,0 +1,3 @@
+from .coco_metric import FasterCocoMetric
+
+__all__ = ['FasterCocoMetric']
