@@ -3,7 +3,6 @@ writes a checkpoint, resumes through tools/train.py to the uninterrupted run's w
 bit, on the same learning-rate schedule."""
 import glob
 import os.path as osp
-import re
 import shutil
 import signal
 from types import SimpleNamespace
@@ -13,7 +12,7 @@ import torch
 from test_recipes import run_tool_here
 
 import mmvit5  # noqa: F401  allow-lists what mmengine checkpoints hold
-from conftest import REPO, config, run_tool, tool
+from conftest import REPO, assert_same_training_state, config, logged_iterations, run_tool, tool
 
 pytestmark = pytest.mark.slow  # trains in subprocesses and kills them
 
@@ -42,31 +41,14 @@ def toy_args(toy: str) -> list:
             'default_hooks.checkpoint.interval=1', 'default_hooks.logger.interval=1']
 
 
-def logged(out: str) -> dict:
-    """{iteration: (lr, loss)} as a run printed them."""
-    rows = re.findall(r'Iter\(train\) \[ *(\d+)/\d+\].* lr: (\S+) .* loss: (\S+) ', out)
-    return {int(step): (lr, loss) for step, lr, loss in rows}
-
-
 def assert_continues(work_dir, out: str, reference, resumed_at: int) -> None:
-    """The run resumed at ``resumed_at``, logged the reference run's lr and loss at each
+    """The run resumed at ``resumed_at``, printed the reference run's lr and loss at each
     remaining iteration and ended with its weights, optimizer state and schedule."""
     assert f'resumed epoch: 0, iter: {resumed_at}' in out, out[-3000:]
-    ours, theirs = logged(out), logged(reference.out)
+    ours, theirs = logged_iterations(out), logged_iterations(reference.out)
     assert sorted(ours) == list(range(resumed_at + 1, 5)), out[-3000:]
     assert ours == {step: theirs[step] for step in ours}
-    ours, theirs = (torch.load(folder / 'iter_4.pth', weights_only=True)
-                    for folder in (work_dir, reference.dir))
-    assert ours['state_dict'].keys() == theirs['state_dict'].keys()
-    different = [k for k, v in theirs['state_dict'].items()
-                 if not torch.equal(ours['state_dict'][k], v)]
-    assert not different, f'{len(different)} tensors differ: {different[:5]}'
-    moments = [(i, k) for i, state in theirs['optimizer']['state'].items()
-               for k, v in state.items()
-               if not torch.equal(torch.as_tensor(ours['optimizer']['state'][i][k]),
-                                  torch.as_tensor(v))]
-    assert not moments, moments[:5]
-    assert ours['param_schedulers'] == theirs['param_schedulers']
+    assert_same_training_state(work_dir / 'iter_4.pth', reference.dir / 'iter_4.pth')
 
 
 @pytest.mark.parametrize('toy', TOYS)
@@ -102,8 +84,11 @@ def test_toy_killed_mid_iteration_resumes_to_the_uninterrupted_run(
     out = run_tool_here('train.py', [*args, '--work-dir', killed, '--resume'], toy_root,
                         monkeypatch, capsys)
     assert_continues(killed, out, reference, resumed_at=3)
-# dataloader workers draw the augmentations (seeded per worker by mmengine); the configs'
-# RNGStateHook carries the main process's generators (drop path) across the restart
+
+
+# The kills while writing a checkpoint: dataloader workers draw the augmentations (seeded per
+# worker by mmengine, they redo the skipped batches); RNGStateHook carries the main process's
+# generators (drop path) across the restart
 OPTIONS = ['train_cfg.max_iters=8', 'train_cfg.val_interval=8',
            'default_hooks.checkpoint.interval=4', 'train_dataloader.num_workers=1',
            'model.backbone.drop_path_rate=0.1']
@@ -111,21 +96,18 @@ OPTIONS = ['train_cfg.max_iters=8', 'train_cfg.val_interval=8',
 
 @pytest.fixture(scope='module')
 def uninterrupted(toy_root, tmp_path_factory):
-    """The final weights of the run every interrupted one must reproduce."""
+    """The final checkpoint of the run every interrupted one must reproduce."""
     full = tmp_path_factory.mktemp('full')
     run_tool(tool('train.py') + [config(UPERNET), '--work-dir', str(full), '--cfg-options',
                                  *OPTIONS], cwd=toy_root)
-    return torch.load(full / 'iter_8.pth', weights_only=True)['state_dict']
+    return full / 'iter_8.pth'
 
 
 def resume_and_compare(work_dir, toy_root, reference, resumed_at=4):
     out = run_tool(tool('train.py') + [config(UPERNET), '--work-dir', str(work_dir), '--resume',
                                        '--cfg-options', *OPTIONS], cwd=toy_root)
     assert f'resumed epoch: 0, iter: {resumed_at}' in out
-    ours = torch.load(work_dir / 'iter_8.pth', weights_only=True)['state_dict']
-    assert ours.keys() == reference.keys()
-    different = [k for k in reference if not torch.equal(ours[k], reference[k])]
-    assert not different, different[:5]
+    assert_same_training_state(work_dir / 'iter_8.pth', reference)
 
 
 # max_keep_ckpts=1 is the hard case: mmengine deletes iter_4.pth before it writes iter_8.pth
