@@ -26,7 +26,7 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states['cuda'])
 
 
-def train_sampler(runner):
+def _train_sampler(runner):
     """The sampler that orders the training set (inside the batch sampler, if any)."""
     loader = runner.train_loop.dataloader
     sampler = getattr(loader.batch_sampler, 'sampler', None)
@@ -92,7 +92,7 @@ class RNGStateHook(Hook):
         if runner.rank == 0:
             self._pending = checkpoint.get('rng_state')
         seed = checkpoint.get('meta', {}).get('seed')
-        drawn = getattr(train_sampler(runner), 'seed', None)
+        drawn = getattr(_train_sampler(runner), 'seed', None)
         if None not in (seed, drawn) and seed != drawn:
             print_log(f'the training data order was drawn with seed {drawn}, the checkpoint '
                       f'was trained with seed {seed}: the resumed run sees other images than '
