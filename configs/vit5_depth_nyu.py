@@ -15,12 +15,12 @@ _base_ = [
     'mmseg::_base_/datasets/nyu.py',
     'mmseg::_base_/default_runtime.py',
     './_base_/vit5_pretrained.py',
+    './_base_/vit5_resume.py',
 ]
 anchor = dict(model='DINOv2 ViT-B/14 frozen, linear on 4 layers', metric='RMSE', value=0.362,
               source='facebookresearch/dinov2 MODEL_CARD.md, NYU-Depth v2 linear 4 layers')
 # the depth head needs mmseg.models (and so timm): imported by the configs that use it
 custom_imports = dict(imports=['mmvit5', 'mmvit5.models.heads'], allow_failed_imports=False)
-custom_hooks = [dict(type='RNGStateHook')]
 
 crop_size = (480, 480)
 embed_dim = 768

@@ -11,12 +11,9 @@
 _base_ = [
     'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
     './_base_/vit5_vitdet.py',
+    './_base_/vit5_resume.py',
 ]
 custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
-# exact resume: the RNG states (drop path, proposal sampling) travel with the checkpoints
-# and, when distributed, the same model on every rank and a resume on another world size
-custom_hooks = [dict(type='RNGStateHook'), dict(type='StateDictConsistencyHook'),
-                dict(type='WorldSizeChangeHook')]
 
 image_size = (1024, 1024)
 embed_dim = 768

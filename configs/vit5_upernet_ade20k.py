@@ -6,12 +6,9 @@
 _base_ = [
     'mmseg::upernet/upernet_r50_4xb4-160k_ade20k-512x512.py',
     './_base_/vit5_pretrained.py',
+    './_base_/vit5_resume.py',
 ]
 custom_imports = dict(imports=['mmvit5'], allow_failed_imports=False)
-# exact resume: the RNG states (drop path, proposal sampling) travel with the checkpoints
-# and, when distributed, the same model on every rank and a resume on another world size
-custom_hooks = [dict(type='RNGStateHook'), dict(type='StateDictConsistencyHook'),
-                dict(type='WorldSizeChangeHook')]
 
 crop_size = (512, 512)
 embed_dim = 768

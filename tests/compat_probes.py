@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
-from kill_while_writing import faulty_open
+from sigkill import faulty_open
 
 import mmvit5  # noqa: F401  applies the patches MMVIT5_DISABLE_PATCHES leaves on
 

@@ -1,5 +1,6 @@
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 
@@ -49,6 +50,29 @@ def run_tool(args, cwd, timeout=900, env=None, check=True):
         raise AssertionError(f'{" ".join(map(str, args))} failed ({proc.returncode}):\n'
                              f'{output[-6000:]}')
     return output if check else (proc.returncode, output)
+
+
+def logged_iterations(out: str) -> dict:
+    """{iteration: (lr, loss)} as a training run printed them (mmengine's logger, every
+    ``default_hooks.logger.interval`` iterations)."""
+    rows = re.findall(r'Iter\(train\) \[ *(\d+)/\d+\].* lr: (\S+) .* loss: (\S+) ', out)
+    return {int(step): (lr, loss) for step, lr, loss in rows}
+
+
+def assert_same_training_state(ours, theirs) -> None:
+    """Two mmengine checkpoints hold bit-identical weights and optimizer state, and the same
+    learning-rate schedulers' state."""
+    ours, theirs = (torch.load(path, weights_only=True) for path in (ours, theirs))
+    assert ours['state_dict'].keys() == theirs['state_dict'].keys()
+    different = [k for k, v in theirs['state_dict'].items()
+                 if not torch.equal(ours['state_dict'][k], v)]
+    assert not different, f'{len(different)} tensors differ: {different[:5]}'
+    moments = [(i, k) for i, state in theirs['optimizer']['state'].items()
+               for k, v in state.items()
+               if not torch.equal(torch.as_tensor(ours['optimizer']['state'][i][k]),
+                                  torch.as_tensor(v))]
+    assert not moments, moments[:5]
+    assert ours['param_schedulers'] == theirs['param_schedulers']
 
 
 def tool(name):

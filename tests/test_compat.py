@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -40,10 +41,13 @@ class Shapes(Dataset):
 
     def __getitem__(self, i):
         g = torch.Generator().manual_seed(i)
-        return dict(inputs=torch.randn(3, 32, 32, generator=g), labels=torch.tensor(i % 3))
+        image = torch.randn(3, 32, 32, generator=g)
+        if np.random.rand() < 0.5:  # an augmentation drawn in the main process
+            image = image.flip(-1)
+        return dict(inputs=image, labels=torch.tensor(i % 3))
 
 
-def runner(work_dir, max_iters, resume=False):
+def runner(work_dir, max_iters, resume=False, seed=0):
     torch.manual_seed(0)  # the model is built before the Runner seeds anything
     return Runner(
         model=TinyClassifier(), work_dir=str(work_dir), resume=resume,
@@ -56,12 +60,14 @@ def runner(work_dir, max_iters, resume=False):
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=3),
                            logger=dict(type='LoggerHook', interval=1)),
         custom_hooks=[dict(type='RNGStateHook')],
-        randomness=dict(seed=0, deterministic=True), cfg=dict(experiment_name=str(work_dir)))
+        randomness=dict(seed=seed, deterministic=True),
+        cfg=dict(experiment_name=f'{work_dir}{max_iters}{resume}'))
 
 
 @pytest.mark.slow  # trains three runs
 def test_resume_equals_uninterrupted_run(tmp_path):
-    """Drop path is on: equality also needs the RNG states that RNGStateHook keeps."""
+    """Drop path is on, and a flip drawn in the main process: equality also needs the RNG
+    states that RNGStateHook keeps, put back after mmengine has skipped the trained batches."""
     full = runner(tmp_path / 'full', 6)
     full.train()
     first = runner(tmp_path / 'part', 3)
@@ -82,6 +88,15 @@ def test_resume_equals_uninterrupted_run(tmp_path):
             assert torch.equal(torch.as_tensor(opt_ours['state'][index][name]),
                                torch.as_tensor(value)), (index, name)
     assert opt_ours['param_groups'][0]['lr'] == opt_ref['param_groups'][0]['lr']
+
+
+def test_resume_under_another_seed_says_the_data_order_changes(tmp_path, capsys):
+    """mmengine draws the data order from the seed it builds the run with; resuming under
+    another one (not through tools/train.py, which takes the checkpoint's) is named."""
+    runner(tmp_path, 3).train()
+    runner(tmp_path, 3, resume=True, seed=1).train()
+    assert ('the training data order was drawn with seed 1, the checkpoint was trained with '
+            'seed 0') in capsys.readouterr().out
 
 
 class Exploit:

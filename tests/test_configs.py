@@ -1,13 +1,17 @@
-"""The shipped COCO / ADE20K / ImageNet configs build (weights by URL: tests/test_pretrained.py)."""
+"""The shipped COCO / ADE20K / ImageNet configs build (weights by URL: tests/test_pretrained.py)
+and every recipe and toy checkpoints during its run, to resume exactly."""
+import glob
+import os.path as osp
+
 import pytest
 import torch
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope, init_default_scope
 
-from conftest import config
+from conftest import REPO, config
 from mmvit5.models.backbones.vit5_weights import RELEASED_URL
-from mmvit5.utils import amp_for_device, check_config
+from mmvit5.utils import amp_for_device, check_config, enable_resume
 
 CONFIGS = {
     'vit5-s_maskrcnn_coco.py': ('small', 'mmdet'), 'vit5_maskrcnn_coco.py': ('base', 'mmdet'),
@@ -76,3 +80,39 @@ def test_fp16_recipe_without_cuda_picks_a_wrapper_that_runs(native_bf16):
     with built.optim_context(model):
         out = model(torch.randn(2, 4))
     assert out.dtype == (torch.bfloat16 if native_bf16 else torch.float32)
+
+# one recipe of each kind (the S/B/L variants inherit its hooks and intervals) and every toy
+RESUMABLE = sorted(osp.relpath(p, osp.join(REPO, 'configs')) for p in
+                   glob.glob(osp.join(REPO, 'configs', 'vit5_*_*.py')) +
+                   glob.glob(osp.join(REPO, 'configs', 'toy', '*.py')))
+
+
+@pytest.mark.parametrize('name', [n for n in RESUMABLE if n != 'vit5_base_in1k.py'])
+def test_checkpoints_during_the_run_with_the_resume_hooks(name):
+    """A killed run has a checkpoint to resume from, and resumes exactly (RNGStateHook) and
+    on any total batch (WorldSizeChangeHook)."""
+    cfg = Config.fromfile(config(name), import_custom_modules=False)
+    interval, iters = cfg.default_hooks.checkpoint.interval, cfg.train_cfg.max_iters
+    assert 0 < interval <= iters // 4, (interval, iters)
+    hooks = {hook.type for hook in cfg.custom_hooks}
+    assert hooks >= {'RNGStateHook', 'StateDictConsistencyHook', 'WorldSizeChangeHook'}, hooks
+
+
+def test_resume_builds_the_run_with_the_checkpoint_seed(tmp_path):
+    """mmengine seeds the sampler and the workers as it builds the dataloader, before it reads
+    the checkpoint: tools/train.py --resume sets the checkpoint's seed first, by path and from
+    last_checkpoint, over the config's; a path that is not there is one clear error."""
+    work = tmp_path / 'work'
+    work.mkdir()
+    torch.save(dict(meta=dict(seed=1234, iter=2)), work / 'iter_2.pth')
+    cfg = Config(dict(work_dir=str(work)))
+    enable_resume(cfg, None)  # no last_checkpoint: a fresh start
+    assert cfg.resume and cfg.load_from is None and 'randomness' not in cfg
+    enable_resume(cfg, str(work / 'iter_2.pth'))
+    assert cfg.load_from == str(work / 'iter_2.pth') and cfg.randomness.seed == 1234
+    (work / 'last_checkpoint').write_text(str(work / 'iter_2.pth'))
+    cfg = Config(dict(work_dir=str(work), randomness=dict(seed=0, deterministic=True)))
+    enable_resume(cfg, 'auto')
+    assert cfg.randomness == dict(seed=1234, deterministic=True)
+    with pytest.raises(FileNotFoundError, match=r'--resume .*iter_4\.pth: no such checkpoint'):
+        enable_resume(cfg, str(work / 'iter_4.pth'))

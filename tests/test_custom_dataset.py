@@ -333,7 +333,7 @@ def test_train_iters_fits_the_schedule_and_cfg_options_win():
     warmup, step = cfg.param_scheduler
     assert cfg.train_cfg.max_iters == 200 and cfg.train_cfg.val_interval == 50
     assert (warmup.end, step.end, step.milestones) == (20, 200, [180])
-    assert cfg.default_hooks.checkpoint.interval == 200
+    assert cfg.default_hooks.checkpoint.interval == 50  # a quarter of the run, as 10 of 40
     epochs = Config(dict(train_cfg=dict(type='EpochBasedTrainLoop', max_epochs=12)))
     with pytest.raises(ValueError, match=r"'max_epochs': 12}.*--cfg-options train_cfg\.max_epochs"):
         fit_schedule(epochs, 100)

@@ -1,9 +1,10 @@
 """Every shipped COCO / ADE20K / NYU config trains for real: shrunk, with its own pipeline (LSJ
 at 1024, 512 crops, slide inference), 2 iterations through tools/train.py on generated data in
-the real dataset layouts (COCO instances and panoptic, ADE20K, NYU-Depth-v2), then
-tools/test.py with the real metrics, then the results harness. Width mismatches fail before
-anything is built."""
+the real dataset layouts (COCO instances and panoptic, ADE20K, NYU-Depth-v2), resumes (one
+recipe of each kind), then tools/test.py with the real metrics, then the results harness.
+Width mismatches fail before anything is built."""
 import glob
+import os
 import os.path as osp
 import re
 import runpy
@@ -13,7 +14,7 @@ import pytest
 from mmengine.config import Config
 
 from benchmarks.results import BEGIN, END, collect_runs, results_table
-from conftest import REPO, config
+from conftest import REPO, assert_same_training_state, config, logged_iterations
 from mmvit5.utils import load_config, shrink_model
 
 SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'vit5*.py'))
@@ -21,6 +22,12 @@ SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'v
 TOY_CLASSES = ('rectangle', 'ellipse', 'triangle')
 TOY_STUFF = ('background', )  # the generated panoptic set's stuff class
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+# one recipe of each kind resumes, half of them by path and half from last_checkpoint: the
+# S/B/L variants of a kind differ in widths and weights only, not in the code that resumes
+RESUMED = {'vit5_maskrcnn_coco.py': 'path', 'vit5_cascade-maskrcnn_coco.py': 'auto',
+           'vit5_upernet_ade20k.py': 'auto', 'vit5_mask2former_ade20k.py': 'path',
+           'vit5_mask2former-ins_coco.py': 'path', 'vit5_mask2former-pan_coco.py': 'auto',
+           'vit5_depth_nyu.py': 'auto'}
 
 
 @pytest.fixture(scope='module')
@@ -35,7 +42,7 @@ def data_root(tmp_path_factory):
 
 def smoke_config(name: str, path: str) -> None:
     """The shipped config, shrunk, on the generated set (its 3 COCO / 4 ADE20K classes),
-    2 iterations."""
+    2 iterations, a checkpoint after each."""
     cfg = Config.fromfile(config(name))
     shrink_model(cfg.model)
     if 'panoptic_head' in cfg.model:  # Mask2Former (mmdet): things, and stuff if panoptic
@@ -67,9 +74,11 @@ def smoke_config(name: str, path: str) -> None:
         else:
             cfg.model.auxiliary_head.num_classes = 4
             cfg.train_dataloader.batch_size = 2  # UperNet's pooling module has BN on 1x1 maps
-    # evaluation happens once, in tools/test.py
-    cfg.train_cfg.update(max_iters=2, val_interval=3)
-    cfg.default_hooks.checkpoint.interval = 2
+    # evaluation happens once, in tools/test.py (mmengine validates at the last iteration
+    # from val_begin on)
+    cfg.train_cfg.update(max_iters=2, val_begin=3)
+    cfg.default_hooks.checkpoint.update(interval=1, max_keep_ckpts=2)
+    cfg.default_hooks.logger.interval = 1
     cfg.dump(path)
 
 
@@ -85,6 +94,24 @@ def test_every_recipe_is_covered():
     # Mask R-CNN and Cascade S/B/L, UperNet S/B/L/B384/L384, Mask2Former semantic / instance /
     # panoptic B/L, depth B/L
     assert len(SHIPPED) == 19, SHIPPED
+    kinds = {re.sub(r'^vit5-[a-z0-9]+_', 'vit5_', name) for name in SHIPPED}
+    assert kinds == set(RESUMED), kinds ^ set(RESUMED)
+
+
+def check_resume(smoke: str, work, mode: str, cwd, monkeypatch, capsys, trained: str) -> None:
+    """Iteration 2 again, resumed from iter_1.pth (``mode`` 'path': --resume PATH; 'auto':
+    --resume, from last_checkpoint as a run killed during iteration 2 leaves it): the lr and
+    loss that the uninterrupted run (output ``trained``) printed, and its final state bit for
+    bit. The recipes set no seed: the resumed run must take the checkpoint's."""
+    os.replace(work / 'iter_2.pth', work / 'uninterrupted.pth')
+    (work / 'last_checkpoint').write_text(str(work / 'iter_1.pth'))
+    resume = ['--resume', work / 'iter_1.pth'] if mode == 'path' else ['--resume']
+    out = run_tool_here('train.py', [smoke, '--work-dir', work, *resume], cwd, monkeypatch,
+                        capsys)
+    assert 'resumed epoch: 0, iter: 1' in out, out[-3000:]
+    ours, theirs = logged_iterations(out), logged_iterations(trained)
+    assert list(ours) == [2] and ours[2] == theirs[2], (ours, theirs)
+    assert_same_training_state(work / 'iter_2.pth', work / 'uninterrupted.pth')
 
 
 def evaluation_metric(cfg: Config) -> str:
@@ -117,8 +144,10 @@ def test_shipped_config_trains_and_tests(data_root, tmp_path, monkeypatch, capsy
         assert cfg.model.data_preprocessor.size == (512, 512)
         assert cfg.model.test_cfg.mode == ('slide' if 'upernet' in name else 'whole')
     work = tmp_path / 'work'
-    run_tool_here('train.py', [smoke, '--work-dir', work], data_root, monkeypatch, capsys)
+    out = run_tool_here('train.py', [smoke, '--work-dir', work], data_root, monkeypatch, capsys)
     assert (work / 'iter_2.pth').is_file()
+    if name in RESUMED:
+        check_resume(smoke, work, RESUMED[name], data_root, monkeypatch, capsys, out)
     out = run_tool_here('test.py', [smoke, work / 'iter_2.pth', '--work-dir', work], data_root,
                         monkeypatch, capsys)
     metric = evaluation_metric(cfg)

@@ -58,11 +58,11 @@ def train(cfg, args) -> None:
     from mmvit5.utils import build_runner, check_pretrained, enable_amp, enable_resume
     if args.amp:
         enable_amp(cfg)
-    if args.resume:
-        enable_resume(cfg, args.resume)
     if args.auto_scale_lr:
         cfg.auto_scale_lr.enable = True
     try:  # before anything is built: a missing file or failed download is one line, the fix
+        if args.resume:
+            enable_resume(cfg, args.resume)
         check_pretrained(cfg, args.config)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f'[train] {type(exc).__name__}: {exc}')

@@ -4,9 +4,7 @@
 # anchors: docs/en/user_guides/mask2former.md.
 # (through ViTDet's backbone, which the COCO pair reads: two bases that both inherit the
 # checkpoint paths would clash)
-_base_ = ['./vit5_vitdet.py']
-# exact resume: the RNG states (drop path, point sampling) travel with the checkpoints
-custom_hooks = [dict(type='RNGStateHook')]
+_base_ = ['./vit5_vitdet.py', './vit5_resume.py']
 # ResNet-50 gives the pixel decoder 4 maps at strides 4-32; ViTDet's simple feature pyramid
 # makes them from the ViT's one stride-16 map (in_channels: ViT5-B's width; -l configs: 1024)
 m2f_neck = dict(

@@ -42,7 +42,9 @@ param_scheduler = [
 # trained from scratch: no pretrained early layers to protect, so no layer decay
 optim_wrapper = dict(optimizer=dict(lr=1e-3, weight_decay=0.05),
                      paramwise_cfg=dict(layer_decay_rate=1.0), clip_grad=dict(max_norm=1.0))
+# a checkpoint every quarter of the run, as the recipes save several: a killed run resumes
+# from the last one (docs/en/user_guides/train_test.md#resuming)
 default_hooks = dict(logger=dict(interval=10),
-                     checkpoint=dict(interval=max_iters, save_best=None, max_keep_ckpts=2),
+                     checkpoint=dict(interval=max_iters // 4, save_best=None, max_keep_ckpts=2),
                      visualization=dict(draw=False))
 randomness = dict(seed=0)

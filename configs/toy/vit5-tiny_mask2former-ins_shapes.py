@@ -95,6 +95,8 @@ param_scheduler = [
 optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=1.0),
                      optimizer=dict(lr=1e-3, weight_decay=0.05),
                      clip_grad=dict(max_norm=10.0))
+# a checkpoint every quarter of the run, as the recipes save several: a killed run resumes
+# from the last one (docs/en/user_guides/train_test.md#resuming)
 default_hooks = dict(logger=dict(interval=10),
-                     checkpoint=dict(interval=max_iters, max_keep_ckpts=2))
+                     checkpoint=dict(interval=max_iters // 4, max_keep_ckpts=2))
 randomness = dict(seed=0)

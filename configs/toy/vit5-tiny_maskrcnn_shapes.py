@@ -73,6 +73,8 @@ optim_wrapper = dict(_delete_=True, type='OptimWrapper',
                      paramwise_cfg=dict(layer_decay_rate=1.0),
                      optimizer=dict(type='AdamW', lr=1e-3, betas=(0.9, 0.999), weight_decay=0.05),
                      clip_grad=dict(max_norm=1.0))
+# a checkpoint every quarter of the run, as the recipes save several: a killed run resumes
+# from the last one (docs/en/user_guides/train_test.md#resuming)
 default_hooks = dict(logger=dict(interval=10),
-                     checkpoint=dict(interval=max_iters, max_keep_ckpts=2))
+                     checkpoint=dict(interval=max_iters // 4, max_keep_ckpts=2))
 randomness = dict(seed=0)

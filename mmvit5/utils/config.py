@@ -9,7 +9,7 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
+from mmengine.runner import Runner, find_latest_checkpoint
 
 from .schedule import fit_schedule
 from .widths import check_widths
@@ -176,7 +176,29 @@ def amp_for_device(cfg: Config, native_bf16: Optional[bool] = None) -> None:
 
 
 def enable_resume(cfg: Config, checkpoint: Optional[str]) -> None:
-    """``--resume`` (latest in work_dir) or ``--resume PATH``."""
+    """``--resume`` (the work dir's ``last_checkpoint``; a fresh start where there is none) or
+    ``--resume PATH``.
+
+    The run is built with the checkpoint's seed: mmengine seeds the sampler (the data order)
+    and the dataloader workers as it builds them, before it reads the checkpoint, so a config
+    without ``randomness.seed`` (the recipes) would resume on another data order.
+    """
     cfg.resume = True
     cfg.load_from = None if checkpoint in (None, 'auto') else checkpoint
-
+    path = cfg.load_from or find_latest_checkpoint(cfg.work_dir)
+    if path is None or '://' in path:
+        return
+    if not osp.isfile(path):
+        named = f'--resume {path}' if cfg.load_from else \
+            f'{osp.join(cfg.work_dir, "last_checkpoint")} names {path}, which'
+        raise FileNotFoundError(f'{named}: no such checkpoint file; pass one of the run\'s '
+                                'iter_*.pth files to --resume')
+    seed = torch.load(path, map_location='cpu', mmap=True,
+                      weights_only=True).get('meta', {}).get('seed')
+    if seed is None:
+        return
+    randomness = dict(cfg.get('randomness') or {})
+    if randomness.get('seed') not in (None, seed):
+        print_log(f'randomness.seed={randomness["seed"]} replaced by the seed {seed} that '
+                  f'{path} was trained with', logger='current', level=logging.WARNING)
+    cfg.randomness = dict(randomness, seed=seed)

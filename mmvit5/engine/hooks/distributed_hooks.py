@@ -3,7 +3,7 @@ of processes."""
 import hashlib
 import itertools
 import logging
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -126,8 +126,11 @@ class WorldSizeChangeHook(Hook):
     priority = 'VERY_LOW'
 
     @staticmethod
-    def _batch(runner) -> int:
-        return runner.train_loop.dataloader.batch_size
+    def _batch(runner) -> Optional[int]:
+        """The batch per process. mmdet's detection loaders batch through a batch sampler
+        (images grouped by aspect ratio) and leave the loader's ``batch_size`` None."""
+        loader = runner.train_loop.dataloader
+        return getattr(loader.batch_sampler, 'batch_size', loader.batch_size)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         checkpoint['meta'].update(world_size=runner.world_size, batch_size=self._batch(runner))
@@ -136,14 +139,24 @@ class WorldSizeChangeHook(Hook):
         meta = checkpoint.get('meta', {})
         if not getattr(runner, '_resume', False) or 'world_size' not in meta:
             return
+        step = meta.get('iter', 0)
+        batch = self._batch(runner)
+        if meta.get('batch_size') is None or batch is None:
+            print_log(f'resuming at iteration {step} with {runner.world_size} process(es) x '
+                      f'batch {batch}; the checkpoint records {meta["world_size"]} process(es) '
+                      'but not their batch (detectors\' checkpoints written before mmvit5 read '
+                      'it from the batch sampler), so a change of the total batch cannot be '
+                      'checked and the learning rate resumes as saved, not rescaled: resume '
+                      'with the total batch the run was trained with.', logger='current',
+                      level=logging.WARNING)
+            return
         old_total = meta['world_size'] * meta['batch_size']
-        new_total = runner.world_size * self._batch(runner)
+        new_total = runner.world_size * batch
         if old_total == new_total:
             return
         ratio = new_total / old_total
-        step = meta.get('iter', 0)
         what = (f'resuming at iteration {step} with {runner.world_size} process(es) x batch '
-                f'{self._batch(runner)} = total batch {new_total}; the checkpoint was trained '
+                f'{batch} = total batch {new_total}; the checkpoint was trained '
                 f'with {meta["world_size"]} x {meta["batch_size"]} = {old_total}. As mmengine '
                 f'resumes, the iteration count and the schedule continue from {step} and each '
                 f'process skips its first {step} batches ({step * new_total} samples, where '
