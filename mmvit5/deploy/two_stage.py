@@ -52,6 +52,22 @@ def decode_deltas(coder, priors: Tensor, deltas: Tensor, height, width) -> Tenso
     return torch.stack([x1, y1, x2, y2], 1)
 
 
+def ranked(scores: Tensor, dim: int = -1) -> Tuple[Tensor, Tensor]:
+    """``scores`` sorted highest first along ``dim``, and their indices; equal scores keep
+    their index order.
+
+    That is the tie rule of ONNX's ``TopK``, which the graph gets (``topk`` of the whole
+    length; ``sort(stable=True)`` has no ONNX translation). In eager PyTorch ``topk`` leaves
+    the order of equal scores unspecified, a stable sort gives the rule. mmdet sorts with
+    torch's unstable sort, whose order of equal scores differs between CPU and CUDA: exactly
+    equal scores (e.g. a region where an RPN's ReLUs are all off) are the one place where the
+    graph can pick other boxes than a given mmdet run.
+    """
+    if torch.compiler.is_exporting():
+        return scores.topk(scores.shape[dim], dim=dim)
+    return scores.sort(dim=dim, descending=True, stable=True)
+
+
 def batched_nms_keep(boxes: Tensor, scores: Tensor, valid: Tensor, groups: Tensor,
                      nms_cfg: dict) -> Tensor:
     """Which of the (M, 4) ``boxes`` mmcv's ``batched_nms`` keeps when it is given the
@@ -59,15 +75,19 @@ def batched_nms_keep(boxes: Tensor, scores: Tensor, valid: Tensor, groups: Tenso
 
     As mmcv, NMS runs once over all groups (levels or classes), each group's boxes shifted by
     ``group * (largest coordinate of the valid boxes + 1)`` so that groups never overlap
-    (``class_agnostic`` shifts none).
+    (``class_agnostic`` shifts none). The boxes are visited in :func:`ranked` order (NMS is
+    handed their ranks as scores), so that exactly equal scores give the same boxes in
+    PyTorch and in ONNX Runtime.
     """
     if not nms_cfg.get('class_agnostic', False):
         largest = torch.where(valid[:, None], boxes, float('-inf')).max()
         boxes = boxes + (groups.to(boxes) * (largest + 1))[:, None]
     index = valid.nonzero()[:, 0]
+    index = index[ranked(scores[index])[1]]
+    ranks = torch.arange(index.shape[0], 0, -1, device=boxes.device).to(boxes.dtype)
     # mmcv's kernel compares float32 IoUs with a float32 threshold, as NonMaxSuppression does
     threshold = float(torch.tensor(nms_cfg['iou_threshold'], dtype=torch.float32))
-    kept = index[nms(boxes[index], scores[index], threshold)]
+    kept = index[nms(boxes[index], ranks, threshold)]
     return scores.new_zeros(scores.shape).scatter(0, kept, 1.0) > 0
 
 
@@ -84,7 +104,7 @@ def top_rows(scores: Tensor, count: int, fill: float, *values: Tensor) -> Tuple[
     ``count`` rows."""
     scores = F.pad(scores, (0, count), value=fill)
     values = [F.pad(v, (0, 0) * (v.dim() - 2) + (0, count)) for v in values]
-    scores, index = scores.topk(count, dim=1)
+    scores, index = (t[:, :count] for t in ranked(scores, dim=1))
     return (scores, *(gather_rows(v, index) for v in values))
 
 
@@ -202,7 +222,8 @@ class TwoStageInstances(nn.Module):
             delta = delta.permute(0, 2, 3, 1).reshape(count, -1, 4)
             prior = prior.expand(count, -1, -1)
             if nms_pre > 0:
-                score, index = score.topk(torch.sym_min(nms_pre, score.shape[1]), dim=1)
+                top = torch.sym_min(nms_pre, score.shape[1])
+                score, index = (t[:, :top] for t in ranked(score, dim=1))
                 prior, delta = gather_rows(prior, index), gather_rows(delta, index)
             boxes = decode_deltas(head.bbox_coder, prior.reshape(-1, 4), delta.reshape(-1, 4),
                                   height, width)

@@ -1,0 +1,300 @@
+"""Mask R-CNN and Cascade Mask R-CNN exported whole (mmvit5/deploy/two_stage.py): ONNX Runtime
+against mmdet's own test_step on briefly trained toys, at sides that are not multiples of 32
+and at batch 2, and COCO mAP from ONNX Runtime's predictions on the toy val set."""
+import contextlib
+import copy
+import os.path as osp
+import re
+
+import cv2
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+
+from conftest import REPO, config
+from mmvit5.deploy import ort_session, pad_to_multiple
+from mmvit5.deploy.two_stage import TwoStageInstances
+from mmvit5.utils import shrink_model
+
+pytest.importorskip('onnxruntime')
+pytestmark = pytest.mark.slow  # trains two toys and exports them
+
+OUTPUTS = ['boxes', 'scores', 'labels', 'masks']
+CROP = 128  # training crops: the toy images are 160 px at most
+# sides that are not multiples of 32, each one in a batch of two val images
+SIDES = [(118, 141), (150, 97)]
+
+
+class ImageToInstances(nn.Module):
+    """The config's data preprocessor (BGR -> RGB, mean / std, padding) in front of
+    TwoStageInstances: the graph takes the loader's image (N, 3, H, W), 0-255."""
+
+    def __init__(self, detector: nn.Module) -> None:
+        super().__init__()
+        self.preprocessor = detector.data_preprocessor
+        self.instances = TwoStageInstances(detector)
+
+    def forward(self, image: torch.Tensor):
+        pre = self.preprocessor
+        x = image.flip(1) if pre._channel_conversion else image
+        x = pad_to_multiple((x - pre.mean) / pre.std, pre.pad_size_divisor, pre.pad_value)
+        return self.instances(x, image.shape[2:])
+
+
+def toy_training(cfg: Config, root, work_dir: str, iters: int):
+    """The model of ``cfg`` trained ``iters`` iterations on the generated COCO set in ``CROP``
+    crops, in eval mode, and the config it was trained with. Its val pipeline keeps the
+    images' own sizes (resize by 1: test_step's predictions are then in input pixels, as the
+    graph's)."""
+    data_root = str(root / 'data' / 'toy' / 'coco') + '/'
+    toy = Config.fromfile(config('toy/vit5-tiny_maskrcnn_shapes.py'))
+    cfg.model.data_preprocessor.batch_augments = None
+    for step in toy.train_pipeline:
+        if step.type == 'RandomResize':
+            step.scale = (CROP, CROP)
+        elif step.type == 'RandomCrop':
+            step.crop_size = (CROP, CROP)
+    test_pipeline = [dict(type='Resize', scale_factor=1.0) if s.type == 'Resize' else s
+                     for s in toy.test_pipeline]
+    cfg.train_dataloader = toy.train_dataloader
+    cfg.train_dataloader.dataset.update(data_root=data_root, pipeline=toy.train_pipeline)
+    cfg.train_cfg = dict(type='IterBasedTrainLoop', max_iters=iters, val_interval=iters + 1)
+    for key in ('val', 'test'):
+        cfg[f'{key}_cfg'] = cfg[f'{key}_dataloader'] = cfg[f'{key}_evaluator'] = None
+    cfg.optim_wrapper = toy.optim_wrapper
+    cfg.optim_wrapper.optimizer.lr = 2e-3
+    cfg.param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0,
+                                end=10)]
+    cfg.default_hooks = dict(logger=dict(type='LoggerHook', interval=iters), checkpoint=None)
+    cfg.randomness = dict(seed=0)
+    cfg.work_dir = work_dir
+    from mmengine.runner import Runner
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the toys' steps are 10x slower with 2 threads on 2 shared cores
+    try:
+        runner = Runner.from_cfg(cfg)
+        runner.train()
+    finally:
+        torch.set_num_threads(threads)
+    cfg.val_dataloader = toy.val_dataloader
+    cfg.val_dataloader.update(batch_size=1)
+    cfg.val_dataloader.dataset.update(data_root=data_root, pipeline=test_pipeline)
+    cfg.val_evaluator = dict(type='CocoMetric', metric=['bbox', 'segm'],
+                             ann_file=data_root + 'annotations/instances_val2017.json')
+    return runner.model.eval(), cfg
+
+
+def export(module: nn.Module, example: torch.Tensor, path: str, dynamic: bool) -> str:
+    side = torch.export.Dim.DYNAMIC(min=2, max=4096)
+    with torch.no_grad():
+        program = torch.export.export(module, (example, ), strict=False,
+                                      dynamic_shapes=({2: side, 3: side}, ) if dynamic else None)
+        torch.onnx.export(program, (example, ), dynamo=True, opset_version=18,
+                          input_names=['image'], output_names=OUTPUTS).save(path)
+    return path
+
+
+@pytest.fixture(scope='session')
+def maskrcnn(toy_root, tmp_path_factory):
+    """The toy Mask R-CNN (one block) trained 60 iterations, and its graph: dynamic sides,
+    batch 2."""
+    work = tmp_path_factory.mktemp('maskrcnn_onnx')
+    cfg = Config.fromfile(config('toy/vit5-tiny_maskrcnn_shapes.py'))
+    cfg.model.backbone.arch.depth = 1
+    model, cfg = toy_training(cfg, toy_root, str(work), iters=60)
+    example = torch.randint(0, 256, (2, 3, *SIDES[0])).float()
+    path = export(ImageToInstances(model).eval(), example, str(work / 'maskrcnn.onnx'), True)
+    return model, cfg, path
+
+
+@pytest.fixture(scope='session')
+def cascade(toy_root, tmp_path_factory):
+    """The shipped ViT5-S Cascade Mask R-CNN shrunk (test_recipes.py's way: one block, heads 32
+    wide) trained 60 iterations on the toy set, and its graph: fixed at batch 2 x ``SIDES[0]``.
+
+    At width 16 the RPN's ReLUs die over whole regions, which then score exactly alike: mmdet
+    breaks such ties in the order of torch's (unstable) sort, which no graph reproduces."""
+    work = tmp_path_factory.mktemp('cascade_onnx')
+    cfg = Config.fromfile(config('vit5-s_cascade-maskrcnn_coco.py'))
+    shrink_model(cfg.model, depth=1, width=32)
+    roi = cfg.model.roi_head
+    for head in roi.bbox_head:
+        head.num_classes = 3
+    roi.mask_head.num_classes = 3
+    for stage in cfg.model.train_cfg.rcnn:  # 1-4 shapes per image: sample fewer RoIs
+        stage.sampler.update(num=64, pos_fraction=0.5)
+    model, cfg = toy_training(cfg, toy_root, str(work), iters=60)
+    example = torch.randint(0, 256, (2, 3, *SIDES[0])).float()
+    path = export(ImageToInstances(model).eval(), example, str(work / 'cascade.onnx'), False)
+    return model, cfg, path
+
+
+def val_images(root, side):
+    """The first two toy val images (BGR, as the loader reads them) resized to ``side``."""
+    paths = sorted((root / 'data' / 'toy' / 'coco' / 'val2017').glob('*.jpg'))[:2]
+    return torch.stack([torch.from_numpy(cv2.resize(cv2.imread(str(p)), side[::-1]))
+                        for p in paths]).permute(0, 3, 1, 2).contiguous()
+
+
+@contextlib.contextmanager
+def stable_sort():
+    """torch's ``Tensor.sort`` with ``stable=True`` meanwhile.
+
+    mmdet ranks RPN scores and NMS candidates with ``Tensor.sort``, whose order of exactly
+    equal scores torch leaves open (it differs between CPU and CUDA, and between lengths).
+    The briefly trained toys have such ties (regions where every ReLU of the RPN is off score
+    alike), and the graph breaks them by index (ONNX TopK's rule): mmdet is compared with the
+    same rule. Where no two scores are equal, the patch changes nothing."""
+    sort = torch.Tensor.sort
+
+    def stable(self, dim=-1, descending=False, stable=None):
+        return sort(self, stable=True, dim=dim, descending=descending)
+
+    torch.Tensor.sort = stable
+    try:
+        yield
+    finally:
+        torch.Tensor.sort = sort
+
+
+def mmdet_predictions(model, images):
+    """mmdet's test_step on (N, 3, H, W) uint8 images, predictions in their pixels."""
+    from mmdet.structures import DetDataSample
+    shape = tuple(images.shape[2:])
+    samples = [DetDataSample(metainfo=dict(img_shape=shape, ori_shape=shape,
+                                           scale_factor=(1.0, 1.0))) for _ in images]
+    with torch.no_grad(), stable_sort():
+        return model.test_step(dict(inputs=list(images), data_samples=samples))
+
+
+def assert_same_instances(expected, outputs, where):
+    """ONNX Runtime's rows against mmdet's instances, image by image: the same number above
+    0.3 and in all; each of mmdet's detections found (same label, nearest box) with its box
+    within 1 px, its score within 1e-3 and its mask at IoU >= 0.97. Returns the detections
+    compared, the largest box and score differences and the smallest mask IoU."""
+    boxes, scores, labels, masks = outputs
+    assert boxes.shape[:2] == scores.shape == labels.shape == masks.shape[:2]
+    assert boxes.shape[0] == len(expected) and labels.dtype == np.int64
+    found, box_error, score_error, worst_iou = 0, 0.0, 0.0, 1.0
+    for i, sample in enumerate(expected):
+        pred = sample.pred_instances.numpy()
+        at = f'{where}, image {i}'
+        assert (scores[i] > 0.3).sum() == (pred.scores > 0.3).sum(), at
+        assert (scores[i] > 0).sum() == len(pred.scores), at
+        for box, score, label, mask in zip(pred.bboxes, pred.scores, pred.labels, pred.masks):
+            same = np.flatnonzero((labels[i] == label) & (scores[i] > 0))
+            assert len(same), f'{at}: no row of label {label}'
+            row = same[np.abs(boxes[i, same] - box).max(1).argmin()]
+            ours = masks[i, row].astype(bool)
+            box_error = max(box_error, float(np.abs(boxes[i, row] - box).max()))
+            score_error = max(score_error, float(abs(scores[i, row] - score)))
+            worst_iou = min(worst_iou, (ours & mask).sum() / max((ours | mask).sum(), 1))
+            assert box_error <= 1 and score_error <= 1e-3 and worst_iou >= 0.97, (
+                at, boxes[i, row], box, scores[i, row], score, worst_iou)
+        found += len(pred.scores)
+        assert not masks[i][scores[i] == 0].any() and not boxes[i][scores[i] == 0].any()
+    print(f'{where}: {found} detections ({int((scores > 0.3).sum())} above 0.3), largest box '
+          f'difference {box_error:.1e} px, score {score_error:.1e}, smallest mask IoU '
+          f'{worst_iou:.4f}')
+    return found
+
+
+def test_maskrcnn_onnx_equals_test_step_at_padded_sides(maskrcnn, toy_root):
+    import onnx
+    model, _, path = maskrcnn
+    graph = onnx.load(path)
+    domains = {node.domain for node in graph.graph.node}
+    assert domains <= {'', 'ai.onnx'} and not graph.functions, domains
+    ops = {node.op_type for node in graph.graph.node}
+    assert {'NonMaxSuppression', 'RoiAlign'} <= ops
+    assert [o.name for o in graph.graph.output] == OUTPUTS
+    print('Mask R-CNN graph operators:', ' '.join(sorted(ops)))
+    session = ort_session(path)
+    for side in SIDES:
+        images = val_images(toy_root, side)
+        outputs = session.run(None, {'image': images.float().numpy()})
+        assert outputs[3].shape == (2, 20, *side) and outputs[3].dtype == np.uint8
+        found = assert_same_instances(mmdet_predictions(model, images), outputs,
+                                      f'Mask R-CNN {side}')
+        assert found > 0
+
+
+def test_cascade_onnx_equals_test_step(cascade, toy_root):
+    model, _, path = cascade
+    images = val_images(toy_root, SIDES[0])
+    outputs = ort_session(path).run(None, {'image': images.float().numpy()})
+    assert outputs[0].shape == (2, 100, 4)  # the shipped test_cfg.rcnn.max_per_img
+    assert_same_instances(mmdet_predictions(model, images), outputs, 'cascade')
+
+
+def coco_metrics(model, cfg, session=None):
+    """bbox and segm mAP on the toy val set, of test_step's predictions or, with ``session``,
+    of ONNX Runtime's (each image fed twice: the graph's batch is 2)."""
+    from mmengine.evaluator import Evaluator
+    from mmengine.runner import Runner
+    loader = Runner.build_dataloader(cfg.val_dataloader)
+    evaluator = Evaluator(copy.deepcopy(cfg.val_evaluator))
+    evaluator.dataset_meta = loader.dataset.metainfo
+    for data in loader:
+        with torch.no_grad(), stable_sort():
+            samples = model.test_step(data) if session is None else data['data_samples']
+        if session is not None:
+            image = data['inputs'][0].float()[None].expand(2, -1, -1, -1).numpy()
+            boxes, scores, labels, masks = session.run(None, {'image': image})
+            for k, output in enumerate((boxes, scores, labels, masks)):
+                assert np.array_equal(output[0], output[1]), OUTPUTS[k]  # batch rows agree
+            from mmengine.structures import InstanceData
+            keep = scores[0] > 0
+            samples[0].pred_instances = InstanceData(
+                bboxes=torch.from_numpy(boxes[0, keep]), scores=torch.from_numpy(scores[0, keep]),
+                labels=torch.from_numpy(labels[0, keep]),
+                masks=torch.from_numpy(masks[0, keep].astype(bool)))
+        evaluator.process(samples, data)
+    return evaluator.evaluate(len(loader.dataset))
+
+
+def test_maskrcnn_onnx_coco_map_equals_pytorch(maskrcnn):
+    model, cfg, path = maskrcnn
+    expected = coco_metrics(model, cfg)
+    ours = coco_metrics(model, cfg, ort_session(path))
+    keys = ('coco/bbox_mAP', 'coco/segm_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP_50')
+    print('COCO on the toy val, PyTorch / ONNX Runtime:',
+          ', '.join(f'{k} {expected[k]} / {ours[k]}' for k in keys))
+    for key in keys:  # within 0.1 AP point (mmdet reports AP in 0-1, to 3 decimals)
+        assert round(abs(ours[key] - expected[key]), 6) <= 1e-3, (key, ours[key], expected[key])
+    assert expected['coco/bbox_mAP_50'] > 0, expected  # the toy finds shapes
+
+
+def test_guide_snippet_runs_the_instances_graph(maskrcnn, toy_root, monkeypatch, capsys):
+    _, _, path = maskrcnn
+    with open(osp.join(REPO, 'docs', 'en', 'user_guides', 'onnx.md')) as f:
+        section = f.read().split('## Mask R-CNN and Cascade', 1)[1]
+    snippet = re.search(r'^```python\n(.*?)^```', section, re.DOTALL | re.MULTILINE)[1]
+    default = 'work_dirs/onnx/vit5_maskrcnn_coco_model.onnx'
+    assert default in snippet and "paths = ['demo.jpg']" in snippet
+    images = val_images(toy_root, SIDES[1])
+    paths = [str(toy_root / f'snippet{i}.jpg') for i in range(2)]
+    for p, image in zip(paths, images):
+        cv2.imwrite(p, image.permute(1, 2, 0).numpy())
+    snippet = snippet.replace(default, path).replace("paths = ['demo.jpg']", f'paths = {paths}')
+    namespace = {}
+    exec(compile(snippet, 'onnx.md', 'exec'), namespace)
+    assert namespace['masks'].shape == (2, 20, *SIDES[1])
+    assert 'score' in capsys.readouterr().out
+
+
+def test_unsupported_heads_are_refused_by_name():
+    from mmdet.registry import MODELS
+    from mmdet.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    cfg = Config.fromfile(config('toy/vit5-tiny_maskrcnn_shapes.py'))
+    cfg.model.backbone.arch.depth = 1
+    cfg.model.test_cfg.rcnn.nms = dict(type='soft_nms', iou_threshold=0.5)
+    with pytest.raises(ValueError, match=r"test_cfg.rcnn.nms=.*soft_nms.*NonMaxSuppression"):
+        TwoStageInstances(MODELS.build(cfg.model))
+    cfg.model.test_cfg.rcnn.nms.type = 'nms'
+    cfg.model.roi_head.mask_head = None
+    with pytest.raises(ValueError, match='roi_head without a mask head'):
+        TwoStageInstances(MODELS.build(cfg.model))
