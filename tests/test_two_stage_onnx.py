@@ -15,11 +15,15 @@ from mmengine.config import Config
 
 from conftest import REPO, config
 from mmvit5.deploy import ort_session, pad_to_multiple
-from mmvit5.deploy.two_stage import TwoStageInstances
+from mmvit5.deploy.two_stage import (
+    TwoStageInstances,
+    batched_nms_keep,
+    decode_deltas,
+    paste_masks,
+)
 from mmvit5.utils import shrink_model
 
 pytest.importorskip('onnxruntime')
-pytestmark = pytest.mark.slow  # trains two toys and exports them
 
 OUTPUTS = ['boxes', 'scores', 'labels', 'masks']
 CROP = 128  # training crops: the toy images are 160 px at most
@@ -201,6 +205,7 @@ def assert_same_instances(expected, outputs, where):
     return found
 
 
+@pytest.mark.slow  # trains a toy and exports it (session fixture)
 def test_maskrcnn_onnx_equals_test_step_at_padded_sides(maskrcnn, toy_root):
     import onnx
     model, _, path = maskrcnn
@@ -221,6 +226,7 @@ def test_maskrcnn_onnx_equals_test_step_at_padded_sides(maskrcnn, toy_root):
         assert found > 0
 
 
+@pytest.mark.slow  # trains a toy and exports it (session fixture)
 def test_cascade_onnx_equals_test_step(cascade, toy_root):
     model, _, path = cascade
     images = val_images(toy_root, SIDES[0])
@@ -255,6 +261,7 @@ def coco_metrics(model, cfg, session=None):
     return evaluator.evaluate(len(loader.dataset))
 
 
+@pytest.mark.slow  # trains a toy and exports it (session fixture)
 def test_maskrcnn_onnx_coco_map_equals_pytorch(maskrcnn):
     model, cfg, path = maskrcnn
     expected = coco_metrics(model, cfg)
@@ -267,6 +274,7 @@ def test_maskrcnn_onnx_coco_map_equals_pytorch(maskrcnn):
     assert expected['coco/bbox_mAP_50'] > 0, expected  # the toy finds shapes
 
 
+@pytest.mark.slow  # trains a toy and exports it (session fixture)
 def test_guide_snippet_runs_the_instances_graph(maskrcnn, toy_root, monkeypatch, capsys):
     _, _, path = maskrcnn
     with open(osp.join(REPO, 'docs', 'en', 'user_guides', 'onnx.md')) as f:
@@ -298,3 +306,45 @@ def test_unsupported_heads_are_refused_by_name():
     cfg.model.roi_head.mask_head = None
     with pytest.raises(ValueError, match='roi_head without a mask head'):
         TwoStageInstances(MODELS.build(cfg.model))
+
+
+def test_paste_equals_mmdet_cpu_paste():
+    """The two-matmul paste against mmdet's _do_paste_mask as its CPU path runs it (one box at
+    a time, within one pixel of the box): fractional, wider than 3 mask widths, clipped and
+    zero-wide boxes."""
+    from mmdet.models.roi_heads.mask_heads.fcn_mask_head import _do_paste_mask
+    generator = torch.Generator().manual_seed(0)
+    masks = torch.rand(5, 28, 28, generator=generator)
+    boxes = torch.tensor([[10.3, 5.7, 40.2, 33.9], [0.0, 0.0, 97.0, 61.0], [60.5, 40.1, 97.0,
+                          61.0], [20.0, 10.0, 20.0, 30.0], [3.0, 50.2, 90.6, 51.1]])
+    ours = paste_masks(masks, boxes, 61, 97)
+    for mask, box, pasted in zip(masks, boxes, ours):
+        expected = torch.zeros(61, 97)
+        values, (rows, cols) = _do_paste_mask(mask[None, None], box[None], 61, 97)
+        expected[rows, cols] = values[0]
+        torch.testing.assert_close(pasted, expected, rtol=0, atol=1e-5)
+
+
+def test_decode_and_nms_equal_mmdet():
+    """decode_deltas against DeltaXYWHBBoxCoder.decode (clipped to the image, large deltas
+    clamped), batched_nms_keep against mmcv's batched_nms (boxes shifted per group, invalid
+    candidates left out)."""
+    from mmcv.ops import batched_nms
+    from mmdet.models.task_modules.coders import DeltaXYWHBBoxCoder
+    generator = torch.Generator().manual_seed(0)
+    corners = torch.rand(400, 2, generator=generator) * torch.tensor([90.0, 60.0])
+    priors = torch.cat([corners, corners + 4 + 30 * torch.rand(400, 2, generator=generator)], 1)
+    deltas = torch.randn(400, 4, generator=generator) * 2
+    coder = DeltaXYWHBBoxCoder(target_means=[0.0] * 4, target_stds=[0.1, 0.1, 0.2, 0.2])
+    boxes = decode_deltas(coder, priors, deltas, 61, 97)
+    torch.testing.assert_close(boxes, coder.decode(priors, deltas, max_shape=(61, 97)),
+                               rtol=0, atol=0)
+    scores = torch.rand(400, generator=generator)
+    groups = torch.randint(0, 3, (400, ), generator=generator)
+    valid = scores > 0.3
+    nms_cfg = dict(type='nms', iou_threshold=0.5)
+    keep = batched_nms_keep(boxes, scores, valid, groups, nms_cfg)
+    index = valid.nonzero()[:, 0]
+    _, kept = batched_nms(boxes[index], scores[index], groups[index], nms_cfg)
+    assert 0 < keep.sum() < valid.sum()
+    assert keep.nonzero()[:, 0].tolist() == sorted(index[kept].tolist())

@@ -63,7 +63,7 @@ def ranked(scores: Tensor, dim: int = -1) -> Tuple[Tensor, Tensor]:
     equal scores (e.g. a region where an RPN's ReLUs are all off) are the one place where the
     graph can pick other boxes than a given mmdet run.
     """
-    if torch.compiler.is_exporting():
+    if torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export():
         return scores.topk(scores.shape[dim], dim=dim)
     return scores.sort(dim=dim, descending=True, stable=True)
 
