@@ -19,6 +19,7 @@ from mmvit5.deploy.two_stage import (
     TwoStageInstances,
     batched_nms_keep,
     decode_deltas,
+    extract_rois,
     paste_masks,
 )
 from mmvit5.utils import shrink_model
@@ -348,3 +349,36 @@ def test_decode_and_nms_equal_mmdet():
     _, kept = batched_nms(boxes[index], scores[index], groups[index], nms_cfg)
     assert 0 < keep.sum() < valid.sum()
     assert keep.nonzero()[:, 0].tolist() == sorted(index[kept].tolist())
+
+
+@pytest.mark.slow  # exports to ONNX
+def test_onnx_runtime_roi_align_equals_mmdet_extractor(tmp_path):
+    """ONNX Runtime's CPU RoiAlign has had alignment bugs (microsoft/onnxruntime#6921, #7354):
+    the multi-level extraction in ONNX Runtime against mmdet's SingleRoIExtractor (mmcv's
+    RoIAlign, aligned, adaptive sampling) on RoIs below a pixel, fractional, past the map's
+    border and larger than it."""
+    import onnx
+    from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
+    extractor = SingleRoIExtractor(dict(type='RoIAlign', output_size=7, sampling_ratio=0),
+                                   out_channels=8, featmap_strides=[4, 8, 16, 32])
+    generator = torch.Generator().manual_seed(0)
+    feats = tuple(torch.randn(2, 8, 96 // s, 128 // s, generator=generator)
+                  for s in (4, 8, 16, 32))
+    rois = torch.tensor([[0, 10.2, 20.7, 10.6, 21.0], [1, 3.3, 4.1, 57.9, 40.2],
+                         [0, -12.0, 30.5, 140.0, 99.0], [1, 60.0, 10.0, 127.5, 95.5],
+                         [0, 0.0, 0.0, 0.0, 0.0], [1, 100.25, 70.75, 250.0, 300.0]])
+
+    class Extract(nn.Module):
+        def forward(self, *maps):
+            return extract_rois(extractor, maps[:-1], maps[-1])
+
+    path = str(tmp_path / 'roi_align.onnx')
+    with torch.no_grad():
+        expected = extractor(feats, rois)
+        program = torch.export.export(Extract(), (*feats, rois), strict=False)
+        torch.onnx.export(program, (*feats, rois), dynamo=True, opset_version=18).save(path)
+    session = ort_session(path)
+    inputs = {i.name: x.numpy() for i, x in zip(session.get_inputs(), (*feats, rois))}
+    (pooled, ) = session.run(None, inputs)
+    assert np.abs(pooled - expected.numpy()).max() <= 1e-5
+    assert 'RoiAlign' in {node.op_type for node in onnx.load(path).graph.node}
