@@ -56,14 +56,14 @@ def ranked(scores: Tensor, dim: int = -1) -> Tuple[Tensor, Tensor]:
     """``scores`` sorted highest first along ``dim``, and their indices; equal scores keep
     their index order.
 
-    That is the tie rule of ONNX's ``TopK``, which the graph gets (``topk`` of the whole
-    length; ``sort(stable=True)`` has no ONNX translation). In eager PyTorch ``topk`` leaves
-    the order of equal scores unspecified, a stable sort gives the rule. mmdet sorts with
-    torch's unstable sort, whose order of equal scores differs between CPU and CUDA: exactly
-    equal scores (e.g. a region where an RPN's ReLUs are all off) are the one place where the
-    graph can pick other boxes than a given mmdet run.
+    That is the tie rule of ONNX's ``TopK``, which the graph gets under ``torch.export``
+    (``topk`` of the whole length; ``sort(stable=True)`` has no ONNX translation). In eager
+    PyTorch ``topk`` leaves the order of equal scores unspecified, a stable sort gives the
+    rule. mmdet sorts with torch's unstable sort, whose order of equal scores differs between
+    CPU and CUDA: exactly equal scores (e.g. a region where an RPN's ReLUs are all off) are
+    the one place where the graph can pick other boxes than a given mmdet run.
     """
-    if torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export():
+    if torch.compiler.is_exporting():
         return scores.topk(scores.shape[dim], dim=dim)
     return scores.sort(dim=dim, descending=True, stable=True)
 
