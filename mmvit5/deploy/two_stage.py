@@ -60,8 +60,9 @@ def ranked(scores: Tensor, dim: int = -1) -> Tuple[Tensor, Tensor]:
     (``topk`` of the whole length; ``sort(stable=True)`` has no ONNX translation). In eager
     PyTorch ``topk`` leaves the order of equal scores unspecified, a stable sort gives the
     rule. mmdet sorts with torch's unstable sort, whose order of equal scores differs between
-    CPU and CUDA: exactly equal scores (e.g. a region where an RPN's ReLUs are all off) are
-    the one place where the graph can pick other boxes than a given mmdet run.
+    CPU and CUDA: exactly equal scores (e.g. a region where an RPN's ReLUs are all off), and
+    scores that differ in the last bits between PyTorch and ONNX Runtime, are where the graph
+    can keep other boxes than a given mmdet run.
     """
     if torch.compiler.is_exporting():
         return scores.topk(scores.shape[dim], dim=dim)
