@@ -31,7 +31,9 @@ PAGES = [osp.join(REPO, 'README.md'),
 BLOCK = re.compile(r'^```python\n(.*?)^```', re.DOTALL | re.MULTILINE)
 # blocks that need a file another test makes, and that test runs them
 RUN_ELSEWHERE = {
-    'docs/en/user_guides/onnx.md#0': 'tests/test_deploy.py runs it on the graph it exports'}
+    'docs/en/user_guides/onnx.md#0': 'tests/test_deploy.py runs it on the graph it exports',
+    'docs/en/user_guides/onnx.md#1': 'tests/test_two_stage_onnx.py runs it on the Mask R-CNN '
+                                     'graph it exports'}
 
 
 def python_blocks():

@@ -1,6 +1,7 @@
 """Deployment: ONNX export of ViT-5 backbones (+ neck) and UperNet segmentors, checked in
 ONNX Runtime (``tools/export_onnx.py``)."""
 from .onnx import check_sides, complex_values, errors_at, export_onnx, max_abs_error, ort_session
+from .two_stage import TwoStageInstances
 from .wrappers import (
     PARTS,
     BackboneWithNeck,
@@ -15,7 +16,7 @@ from .wrappers import (
 )
 
 __all__ = [
-    'PARTS', 'BackboneWithNeck', 'MatmulAdaptiveAvgPool2d', 'SegmentorLogits', 'build_part',
-    'check_sides', 'coarsest_stride', 'complex_values', 'errors_at', 'example_input', 'export_onnx',
-    'exportable', 'max_abs_error', 'ort_session', 'output_names', 'pad_to_multiple'
+    'PARTS', 'BackboneWithNeck', 'MatmulAdaptiveAvgPool2d', 'SegmentorLogits', 'TwoStageInstances',
+    'build_part', 'check_sides', 'coarsest_stride', 'complex_values', 'errors_at', 'example_input',
+    'export_onnx', 'exportable', 'max_abs_error', 'ort_session', 'output_names', 'pad_to_multiple'
 ]
