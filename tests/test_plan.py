@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from mmvit5.models import ViT5
-from mmvit5.models.backbones import vit5 as vit5_module
 from mmvit5.models.layers import attention as attention_module
+from mmvit5.models.layers import plan as plan_module
 from mmvit5.models.layers import windows as windows_module
 from mmvit5.models.layers.attention import Attention
 from mmvit5.models.layers.kernels import (
@@ -207,14 +207,16 @@ def test_plan_is_decided_once_and_printed(capsys):
 
 
 def test_one_plan_per_forward(monkeypatch):
-    """Every entry point makes one plan and hands it down: no layer makes its own."""
+    """Every entry point makes one plan and hands it down: no layer makes its own (every
+    make_plan, wherever it is called from, asks execution_mode once)."""
     made = []
 
-    def counted(*args, **kwargs):
-        made.append(make_plan(*args, **kwargs))
+    def counted():
+        made.append(mode())
         return made[-1]
 
-    monkeypatch.setattr(vit5_module, 'make_plan', counted)
+    mode = plan_module.execution_mode
+    monkeypatch.setattr(plan_module, 'execution_mode', counted)
     model = build('rms', True, with_cp=True).train()
     x = torch.randn(IMAGE)
     for run in (model, model.forward_features,
@@ -227,14 +229,13 @@ def test_one_plan_per_forward(monkeypatch):
 
 def test_checkpointing_is_torch_only():
     """One mechanism: the deprecated cp_impl='fairscale' runs torch's checkpoint (with a
-    warning), and checkpointing combines with compiled blocks; grad_checkpointing switches it
-    at run time."""
+    warning); grad_checkpointing switches it at run time. (With compiled blocks:
+    tests/test_qk_norm_rope.py.)"""
     with pytest.warns(FutureWarning, match="cp_impl='fairscale' is deprecated"):
         model = build('rms', True, with_cp=True, cp_impl='fairscale').train()
     assert model.plan(torch.randn(IMAGE)).checkpoint == 'torch'
     model.grad_checkpointing = False
     assert model.plan(torch.randn(IMAGE)).checkpoint is None
-    assert ViT5(arch=ARCH, img_size=32, with_cp=True, compile_blocks=True).grad_checkpointing
 
 
 def test_impossible_combinations_are_refused_with_the_reason():
