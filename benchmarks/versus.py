@@ -5,8 +5,10 @@ this checkout and by another one (an older commit: ``git worktree add /tmp/old C
 by its own ``tools/benchmark.py`` in a process of its own (two versions of mmvit5 cannot share
 one), so each version runs its own code under the same flags. The checkouts alternate over
 ``--versus-rounds`` rounds (ABBA...), and each row keeps the median over rounds of its
-per-process median latency and of its peak memory. The table puts the two side by side, with
-the ratio of this checkout to the other.
+per-process median latency, of its peak memory, and of its latency over the train step of the
+same run (a ratio within one process: load on a shared machine moves it less than the
+latencies). The table puts the two checkouts side by side, with the ratio of this one to the
+other.
 """
 import argparse
 import json
@@ -16,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from .core import progress
 from .results import git_commit, machine, write_results
@@ -57,17 +59,23 @@ def row_key(row: dict) -> Tuple[str, str, str]:
 
 
 def merge_rounds(runs: List[dict]) -> List[dict]:
-    """Rows of several runs of one checkout: medians of latency and peak per row."""
+    """Rows of several runs of one checkout: medians of latency and peak per row, and of
+    ``vs_train``, the latency over the train row of the same model and input in the same run
+    (a ratio within one process, which load on a shared machine moves less)."""
     merged: Dict[Tuple[str, str, str], List[dict]] = {}
     for run in runs:
+        train = {row_key(r)[:2]: r['latency_ms'] for r in run['rows']
+                 if r['mode'] == 'train' and r['status'] == 'ok'}
         for row in run['rows']:
-            merged.setdefault(row_key(row), []).append(row)
+            base = train.get(row_key(row)[:2])
+            vs_train = row['latency_ms'] / base if base and row['latency_ms'] else None
+            merged.setdefault(row_key(row), []).append(dict(row, vs_train=vs_train))
     rows = []
     for found in merged.values():
         ok = [r for r in found if r['status'] == 'ok']
         row = dict(found[0], status='ok' if len(ok) == len(found) else 'failed',
                    rounds=len(found))
-        for key in ('latency_ms', 'peak_mib'):
+        for key in ('latency_ms', 'peak_mib', 'vs_train'):
             values = [r[key] for r in ok if r[key] is not None]
             row[key] = statistics.median(values) if values else None
         rows.append(row)
@@ -104,20 +112,27 @@ def run_versus(args: argparse.Namespace) -> int:
 
 
 def versus_table(data: dict) -> str:
-    """Each row of both checkouts: latency and peak memory side by side, and their ratios."""
+    """Each row of both checkouts side by side: latency, latency over the same run's train
+    step, peak memory, and the ratios of this checkout to the other."""
     this, other = data['this'], data['versus']
     found = {row_key(r): r for r in other['rows']}
     a, b = f'`{other["commit"]}`', f'`{this["commit"]}`'
-    lines = [f'| model | input | mode | ms {a} | ms {b} | {b} / {a} | peak MiB {a} | '
-             f'peak MiB {b} | {b} / {a} |', '|---|---|---|---:|---:|---:|---:|---:|---:|']
+    lines = [f'| model | input | mode | ms {a} | ms {b} | {b} / {a} | x train {a} | '
+             f'x train {b} | peak MiB {a} | peak MiB {b} | {b} / {a} |',
+             '|---|---|---|' + '---:|' * 8]
 
-    def cells(key: str, old: dict, new: dict) -> List[str]:
+    def number(value: Optional[float], fmt: str) -> str:
+        return format(value, fmt) if value else '-'
+
+    def cells(key: str, old: dict, new: dict, ratio: bool = True) -> List[str]:
         u, v = old.get(key), new.get(key)
-        ratio = f'{v / u:.2f}x' if u and v else '-'
-        return [f'{u:,.1f}' if u else '-', f'{v:,.1f}' if v else '-', ratio]
+        fmt = '.2f' if key == 'vs_train' else ',.1f'
+        return [number(u, fmt), number(v, fmt)] + \
+            ([f'{v / u:.2f}x' if u and v else '-'] if ratio else [])
 
     for row in this['rows']:
         old = found.get(row_key(row), {})
         lines.append('| ' + ' | '.join([*row_key(row), *cells('latency_ms', old, row),
+                                         *cells('vs_train', old, row, ratio=False),
                                          *cells('peak_mib', old, row)]) + ' |')
     return '\n'.join(lines)
