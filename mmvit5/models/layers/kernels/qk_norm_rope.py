@@ -27,9 +27,9 @@ the normalised value now and then (tests/test_kernels.py bounds it).
 
 Where the plan does not run Triton, or a Triton kernel fails (:func:`.dispatch.run_kernel`),
 the PyTorch path runs the same algorithm with the unfused functions (:mod:`.rms_norm`,
-:mod:`..rope`); it is the model's one PyTorch implementation of QK-Norm + RoPE. Both are registered
-operators (``torch.library``), so compiled graphs keep each as one call: the Triton ones as
-``triton_op``, whose kernels Inductor sees and schedules itself.
+:mod:`..rope`); it is the model's one PyTorch implementation of QK-Norm + RoPE. Both are
+registered operators (``torch.library``), so compiled graphs keep each as one call: the Triton
+ones as ``triton_op``, whose kernels Inductor sees and schedules itself.
 """
 from typing import Optional, Tuple
 
