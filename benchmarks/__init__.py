@@ -1,5 +1,5 @@
 """What the measuring tools drive, outside the installed mmvit5 package (nothing in mmvit5
-imports it; the tools put this checkout on ``sys.path``): the benchmark machinery behind
+imports it; the tools reach it through ``tools/benchmarks/``): the benchmark machinery behind
 ``tools/benchmark.py`` and ``tools/dry_run.py`` (throughput, latency, memory and FLOP
 efficiency of the ViT-5 backbone next to its peers), the toy ablation study
 (:mod:`.ablation`), the results harness (:mod:`.results`) and the tables generated from

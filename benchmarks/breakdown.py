@@ -25,6 +25,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from mmvit5.models.layers import ExecutionPlan, make_plan
 from mmvit5.models.layers.kernels import triton_enabled
 
 from .core import Setup, progress, synchronize
@@ -77,7 +78,7 @@ def observe_saved(observer: Callable[[torch.Tensor, bool], None]) -> Iterator[No
     """Call ``observer(tensor, recomputed)`` for each tensor autograd saves in the context.
 
     Saved-tensor hooks do not nest: inside the training path's
-    :class:`~mmvit5.models.layers.qk_norm_rope.RecomputeSaved`, an outer
+    :class:`~mmvit5.models.layers.recompute.RecomputeSaved`, an outer
     ``saved_tensors_hooks`` sees nothing. So its packing is wrapped too (for the duration of
     the context), which also tells the tensors backward recomputes (``recomputed=True``).
     The tensors are kept as usual.
@@ -102,9 +103,17 @@ def observe_saved(observer: Callable[[torch.Tensor, bool], None]) -> Iterator[No
         RecomputeSaved._pack = pack_recomputed
 
 
-def saved_activations(model: str, block: nn.Module, args: Sequence, setup: Setup
-                      ) -> List[Saved]:
-    """What one forward of ``block(*args)`` keeps for backward (see the module docstring)."""
+def setup_plan(setup: Setup) -> ExecutionPlan:
+    """The execution plan a ViT5 forward makes under ``setup`` (its device and autocast)."""
+    with torch.autocast(setup.device.type, dtype=setup.dtype,
+                        enabled=setup.dtype != torch.float32):
+        return make_plan(torch.empty(0, device=setup.device))
+
+
+def saved_activations(model: str, block: nn.Module, args: Sequence, setup: Setup,
+                      plan: Optional[ExecutionPlan] = None) -> List[Saved]:
+    """What one forward of ``block(*args)`` keeps for backward (see the module docstring);
+    ``plan``: the execution plan a ViT5 block takes (:func:`setup_plan`)."""
     names = {m: n for n, m in block.named_modules()}
     current: List[str] = []
     hooks = [m.register_forward_pre_hook(lambda m, _: current.append(names[m]))
@@ -140,7 +149,7 @@ def saved_activations(model: str, block: nn.Module, args: Sequence, setup: Setup
                               enabled=setup.dtype != torch.float32)
     try:
         with observe_saved(observe), ops, autocast:
-            block(*args)
+            block(*args) if plan is None else block(*args, plan=plan)
     finally:
         for hook in hooks:
             hook.remove()
@@ -173,23 +182,33 @@ def block_parts(vit5_block: nn.Module, timm_block: nn.Module, rope: torch.Tensor
         return make
 
     from mmvit5.models.layers import scaled_linear
+    from mmvit5.models.layers.recompute import RecomputeSaved
+    plan = setup_plan(setup)
+
+    def attention(qkv: torch.Tensor) -> torch.Tensor:  # as Attention.forward runs it
+        with RecomputeSaved() as saved:
+            return attn.attend(*attn._qkv_heads(qkv, rope, plan, saved))
+
     return [
-        Part('norm1 (RMSNorm / LayerNorm)', part(vit5_block.norm1, (T5, C)),
+        Part('norm1 (RMSNorm / LayerNorm)', part(lambda x: vit5_block.norm1(x, plan=plan),
+                                                 (T5, C)),
              part(timm_block.norm1, (T, C))),
         Part('qkv (no bias / bias)', part(attn.qkv, (T5, C)), part(tattn.qkv, (T, C))),
         Part('attention (+ QK-Norm, RoPE)',
-             part(lambda qkv: attn.qkv_attention(qkv, rope), (T5, 3, heads, D)),
+             part(attention, (T5, 3, heads, D)),
              part(lambda qkv: nn.functional.scaled_dot_product_attention(
                  *qkv.permute(2, 0, 3, 1, 4).unbind(0)), (T, 3, heads, D))),
         Part('proj (+ LayerScale)', part(lambda x: scaled_linear(x, attn.proj,
-                                                                  vit5_block.gamma_1), (T5, C)),
+                                                                  vit5_block.gamma_1, plan=plan),
+                                         (T5, C)),
              part(tattn.proj, (T, C))),
-        Part('norm2 (RMSNorm / LayerNorm)', part(vit5_block.norm2, (T5, C)),
+        Part('norm2 (RMSNorm / LayerNorm)', part(lambda x: vit5_block.norm2(x, plan=plan),
+                                                 (T5, C)),
              part(timm_block.norm2, (T, C))),
         Part('fc1 + GELU', part(lambda x: vit5_block.mlp.act(vit5_block.mlp.fc1(x)), (T5, C)),
              part(lambda x: timm_block.mlp.act(timm_block.mlp.fc1(x)), (T, C))),
         Part('fc2 (+ LayerScale)',
-             part(lambda x: scaled_linear(x, vit5_block.mlp.fc2, vit5_block.gamma_2),
+             part(lambda x: scaled_linear(x, vit5_block.mlp.fc2, vit5_block.gamma_2, plan=plan),
                   (T5, 4 * C)),
              part(timm_block.mlp.fc2, (T, 4 * C))),
     ]
@@ -310,7 +329,8 @@ def block_launches(size: int, setup: Setup, blocks: Optional[tuple] = None) -> L
     block, timm_block, rope, grid = blocks or build_blocks(size, setup)
     x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
     x = _leaf(setup.batch, 1 + grid[0] * grid[1], 768, setup=setup)
-    return [launches('vit5-b', lambda: block(x5, rope), setup),
+    plan = setup_plan(setup)
+    return [launches('vit5-b', lambda: block(x5, rope, plan=plan), setup),
             launches('timm-vit-b', lambda: timm_block(x), setup)]
 
 
@@ -323,7 +343,7 @@ def breakdown(size: int, setup: Setup, rounds: int
     x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
     x = _leaf(setup.batch, T, 768, setup=setup)
     progress(f'breakdown {size}x{size}: saved activations')
-    saved = saved_activations('vit5-b', block, (x5, rope), setup) + \
+    saved = saved_activations('vit5-b', block, (x5, rope), setup, setup_plan(setup)) + \
         saved_activations('timm-vit-b', timm_block, (x, ), setup)
     progress(f'breakdown {size}x{size}: part times x {rounds} rounds')
     times = part_times(block_parts(block, timm_block, rope, grid, setup), setup, rounds)

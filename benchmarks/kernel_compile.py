@@ -76,11 +76,12 @@ def compile_only(arch: int, found: List) -> Iterator[None]:
     from triton.runtime.jit import JITFunction
 
     from mmvit5.models.layers.kernels import (  # noqa: F401 (decorated here, not interpreted)
+        dispatch,
         layer_scale_triton,
         qk_norm_rope_triton,
         rms_norm_triton,
     )
-    if qk_norm_rope_triton._INTERPRET:
+    if dispatch.INTERPRET:
         raise RuntimeError('the kernels were decorated under TRITON_INTERPRET=1: compile them '
                            'in a process without it (python tools/compile_kernels.py)')
     launch = JITFunction.run
@@ -92,14 +93,16 @@ def compile_only(arch: int, found: List) -> Iterator[None]:
 
     # the dispatcher sends CPU tensors to the Triton kernels only when it believes they are
     # interpreted; they are compiled instead, never run
-    saved = {key: os.environ.get(key) for key in ('TRITON_INTERPRET', 'MMVIT5_TRITON')}
+    saved = {key: os.environ.get(key) for key in ('MMVIT5_TRITON', )}
     active = driver._active  # reset_active() would look for a GPU
     driver.set_active(_cuda_driver()(arch))
     JITFunction.run = compile_instead
-    os.environ.update(TRITON_INTERPRET='1', MMVIT5_TRITON='1')
+    os.environ.update(MMVIT5_TRITON='1')
+    dispatch.INTERPRET = True
     try:
         yield
     finally:
+        dispatch.INTERPRET = False
         JITFunction.run = launch
         driver._active = active
         for key, value in saved.items():

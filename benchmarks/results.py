@@ -148,6 +148,19 @@ def record_run(work_dir: str, config_path: str, max_iters: int) -> None:
         json.dump(info, f, indent=1)
 
 
+def record_test_suite(path: str, junit: str, seconds: str, command: str,
+                      fresh: str = '0') -> None:
+    """``results/test_suite.json``: the wall time of a run of the whole test suite and its
+    counts (from pytest's JUnit XML), written by ``tools/run_tests.sh`` (arguments as the
+    shell passes them; ``fresh='1'`` for ``--fresh``, a new virtualenv)."""
+    import xml.etree.ElementTree as ElementTree
+    root = ElementTree.parse(junit).getroot()
+    suite = root if root.tag == 'testsuite' else root.find('testsuite')
+    counts = {key: int(suite.get(key, 0)) for key in ('tests', 'failures', 'errors', 'skipped')}
+    where = machine() + (', a fresh virtualenv' if fresh == '1' else '')
+    write_results(path, dict(machine=where), command, seconds=int(seconds), **counts)
+
+
 def _read_jsonl(path: str) -> List[dict]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]

@@ -1,5 +1,4 @@
 """Rows of the main table: a backbone's forward and train steps and their variants."""
-import importlib.util
 from typing import Callable, List, Optional, Tuple
 
 import torch
@@ -61,13 +60,11 @@ def compiled_row(name: str, model: nn.Module, x: torch.Tensor, eager: Row,
 def checkpointed_row(name: str, size: int, x: torch.Tensor, plain: Row,
                      flops: Optional[float], setup: Setup) -> Row:
     """train step with activation checkpointing; the note compares peak memory to ``plain``."""
-    # fairscale is the backbone's default implementation; torch's is always there
-    cp_impl = 'fairscale' if importlib.util.find_spec('fairscale') else 'torch'
     torch.manual_seed(0)
-    model = prepare(build_vit5(name, size, with_cp=True, cp_impl=cp_impl), setup)
+    model = prepare(build_vit5(name, size, with_cp=True), setup)
     row = with_flops(measure(Row(name, plain.input, 'train (with_cp)', setup.batch),
                              train_step(model, x), model, [x], setup), flops, setup)
     if row.status == 'ok' and plain.status == 'ok':
-        row.note = (f'{cp_impl} checkpointing: peak {row.peak_mib / plain.peak_mib:.2f}x, '
+        row.note = (f'checkpointing: peak {row.peak_mib / plain.peak_mib:.2f}x, '
                     f'latency {row.latency_ms / plain.latency_ms:.2f}x of without')
     return row

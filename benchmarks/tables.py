@@ -16,6 +16,9 @@ Kinds of results files:
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
 * ``tools/learning_curves.py --json``: ``learning``; ``tools/compile_kernels.py --json``:
   ``kernels``; ``tools/benchmark_coco_eval.py --json``: ``coco-eval``;
+* ``tools/benchmark.py --versus CHECKOUT --json`` output: ``versus_table`` (two checkouts'
+  rows side by side: ``cpu_training/checkpointing.json``);
+* ``test_suite.json`` (``tools/run_tests.sh`` after a run of the whole suite): ``test_suite``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
   copied cell by cell with the commit that reported them (``tables``).
@@ -34,6 +37,7 @@ from .kernel_compile import Compiled, compiled_table
 from .report import components_tables
 from .results import NOT_RECORDED, fill_table, load_runs, results_table
 from .targets import Target, targets_table
+from .versus import versus_table
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 RESULTS = osp.join(REPO, 'results')
@@ -165,6 +169,18 @@ def learning(data: dict) -> str:
     return '\n'.join(lines)
 
 
+def test_suite(data: dict) -> str:
+    """``tools/run_tests.sh``'s record of the whole suite: wall time and counts."""
+    minutes, seconds = divmod(data['seconds'], 60)
+    time = f'The whole suite (`pytest` in `tools/run_tests.sh`): **{minutes} min {seconds:02d} s**'
+    if 'skipped' not in data:  # a transcribed total
+        return f'{time}, {data["tests"]} tests.'
+    failed = data['failures'] + data['errors']
+    passed = data['tests'] - failed - data['skipped']
+    return (f'{time}, {passed} passed, {data["skipped"]} skipped' +
+            (f', {failed} failed' if failed else '') + '.')
+
+
 class Table(NamedTuple):
     """A generated table: the results file it reads and how it renders it."""
     source: str  # path under results/
@@ -194,6 +210,8 @@ TABLES: Dict[str, Table] = {
     'learning-curves': Table('learning_curves.json', learning),
     'kernel-compile': Table('kernel_compile.json', kernels),
     'coco-eval': Table('coco_eval.json', speedup_table),
+    'test-suite': Table('test_suite.json', test_suite, settings=False),
+    'cpu-checkpointing': Table('cpu_training/checkpointing.json', versus_table),
 }
 
 

@@ -20,9 +20,9 @@ from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 from .models import ViT5
-from .models.backbones.vit5_weights import RELEASED_URL, checkpoint_filter_fn
+from .models.backbones.vit5_weights import RELEASED_FILES, RELEASED_URL, checkpoint_filter_fn
 
-HF_HUB_ID = 'FengWang3211/ViT-5'
+HF_HUB_ID = 'FengWang3211/ViT-5'  # where released_weights (vit5_released.py) point
 
 
 def _cfg(file: str, size: int) -> Dict[str, Any]:
@@ -37,10 +37,10 @@ def _cfg(file: str, size: int) -> Dict[str, Any]:
         origin_url='https://github.com/wangf3014/ViT-5')
 
 
+# one entry per released file (vit5_released.py), named as the file: vit5_base_patch16_384.pth
 default_cfgs = generate_default_cfgs({
-    f'{name}.in1k': _cfg(f'{name}.pth', int(name[-3:]))
-    for name in ('vit5_small_patch16_224', 'vit5_base_patch16_224', 'vit5_large_patch16_224',
-                 'vit5_base_patch16_384', 'vit5_large_patch16_384')
+    f'{name}.in1k': _cfg(f'{name}.pth', int(name.rsplit('_', 1)[1]))
+    for name in (file[:-len('.pth')] for file in RELEASED_FILES)
 })
 
 

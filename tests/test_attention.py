@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from mmvit5.models import ViT5
 from mmvit5.models.layers.attention import Attention
+from mmvit5.models.layers.plan import make_plan
 from mmvit5.models.layers.rope import RotaryEmbedding2D, rotations, sequence_angles
 from mmvit5.models.layers.windows import window_layout
 
@@ -56,8 +57,10 @@ def test_attention_in_window_major_order_equals_the_rule_mask(grid, window_size,
     rope = rope_for(grid, registers)
     layout = window_layout(grid, window_size, registers, x.device)
     with torch.no_grad():
-        ref = masked(x, rope)
-        out = windowed(x[:, layout.order], rope[layout.order], layout)[:, layout.inverse]
+        plan = make_plan(x)
+        ref = masked(x, rope, plan=plan)
+        out = windowed(x[:, layout.order], rope[layout.order], layout,
+                       plan=plan)[:, layout.inverse]
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-4)
 
 
@@ -77,7 +80,8 @@ def test_window_layout_has_no_padding_and_groups_equal_windows():
 
 def test_windowed_block_without_its_layout_is_refused():
     with pytest.raises(ValueError, match='needs its WindowLayout'):
-        Attention(DIM, HEADS, window_size=2)(torch.randn(1, 1 + 16, DIM), rope_for((4, 4), 0))
+        x = torch.randn(1, 1 + 16, DIM)
+        Attention(DIM, HEADS, window_size=2)(x, rope_for((4, 4), 0), plan=make_plan(x))
 
 
 def build(**kwargs):

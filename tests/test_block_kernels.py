@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from benchmarks.breakdown import DispatchCount
 from mmvit5.models import ViT5
-from mmvit5.models.layers import RMSNorm, scaled_linear
+from mmvit5.models.layers import RMSNorm, make_plan, scaled_linear
 from mmvit5.models.layers.kernels import HAS_TRITON
 
 pytestmark = pytest.mark.skipif(not HAS_TRITON, reason='triton does not import')
@@ -48,7 +48,7 @@ def test_rms_norm_kernels_equal_pytorch_path(monkeypatch, x_dtype, w_dtype, shap
     grad = torch.randn(shape, generator=g)
 
     def run():
-        out = norm(x)
+        out = norm(x, plan=make_plan(x))
         return [out.detach(), out.dtype,
                 *torch.autograd.grad(out, (x, norm.weight), grad.to(out.dtype))]
 
@@ -73,7 +73,7 @@ def test_layer_scale_kernel_equals_pytorch_path(monkeypatch, bias, autocast, row
 
     def run():
         with torch.autocast('cpu', torch.bfloat16, enabled=autocast):
-            out = scaled_linear(x, linear, gamma)
+            out = scaled_linear(x, linear, gamma, plan=make_plan(x))
         return [out.detach(), *torch.autograd.grad(out, leaves, grad.to(out.dtype))]
 
     ref, fused = both_paths(monkeypatch, run)
@@ -90,7 +90,8 @@ def test_layer_scale_kernel_with_a_frozen_weight(monkeypatch):
     monkeypatch.setenv('MMVIT5_TRITON', '1')
     linear = nn.Linear(8, 8).requires_grad_(False)
     gamma = nn.Parameter(torch.ones(8))
-    out = scaled_linear(torch.randn(5, 8), linear, gamma)
+    x = torch.randn(5, 8)
+    out = scaled_linear(x, linear, gamma, plan=make_plan(x))
     out.sum().backward()
     assert linear.weight.grad is None and linear.bias.grad is None
     assert gamma.grad is not None and torch.isfinite(gamma.grad).all()
@@ -99,7 +100,7 @@ def test_layer_scale_kernel_with_a_frozen_weight(monkeypatch):
 def block_launches(block, rope, autocast: bool) -> collections.Counter:
     x = torch.randn(2, 1 + 8 * 8 + 4, 64, requires_grad=True)
     with torch.autocast('cpu', torch.bfloat16, enabled=autocast), DispatchCount() as counted:
-        out = block(x) if rope is None else block(x, rope)
+        out = block(x) if rope is None else block(x, rope, plan=make_plan(x))
         out.float().sum().backward()
     return counted.ops
 
@@ -138,7 +139,7 @@ def test_out_dtype_is_the_cast_the_matmul_would_make(monkeypatch, triton):
     outs = []
     for out_dtype in (None, torch.bfloat16):
         with torch.autocast('cpu', torch.bfloat16):
-            out = norm(x, out_dtype=out_dtype)
+            out = norm(x, out_dtype=out_dtype, plan=make_plan(x))
             cast = out.to(torch.bfloat16)  # what a Linear under autocast would read
         outs.append((cast.detach(), out.dtype, *torch.autograd.grad(cast, (x, norm.weight),
                                                                        grad)))

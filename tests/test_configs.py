@@ -37,7 +37,7 @@ def test_config_builds_with_matching_widths(name):
         f'vit5_{arch}_patch16_224.pth')
     assert cfg.optim_wrapper.constructor == 'ViT5LayerDecayOptimizerConstructor'
     model = build(cfg, scope)
-    assert model.backbone.arch_settings == model.backbone.arch_zoo[arch]
+    assert model.backbone.config.arch_settings == model.backbone.arch_zoo[arch]
     if scope == 'mmseg':
         x = torch.randn(1, 3, 64, 96)
         with torch.no_grad():

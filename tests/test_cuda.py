@@ -172,7 +172,7 @@ def test_training_path_equals_the_unfused_model_on_cuda(window_size, autocast):
 def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
     from timm.models.vision_transformer import Block as TimmBlock
 
-    from benchmarks.breakdown import saved_activations
+    from benchmarks.breakdown import saved_activations, setup_plan
     from benchmarks.core import Setup
     setup = Setup(torch.device('cuda'), torch.bfloat16 if autocast else torch.float32, 1, 0, 1)
     model = ViT5(arch='base', img_size=512).cuda().train()
@@ -180,7 +180,7 @@ def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
     rope = model.rope_table(grid, torch.float32, setup.device)
     x5 = torch.randn(1, rope.shape[0], 768, device='cuda', requires_grad=True)
     x = torch.randn(1, 1 + 32 * 32, 768, device='cuda', requires_grad=True)
-    ours = saved_activations('vit5', model.blocks[0], (x5, rope), setup)
+    ours = saved_activations('vit5', model.blocks[0], (x5, rope), setup, setup_plan(setup))
     timm = saved_activations('timm', TimmBlock(768, 12, qkv_bias=True).cuda().train(), (x, ),
                              setup)
     assert sum(s.recomputed for s in ours) == 2, ours  # the rotated q and k
@@ -191,7 +191,7 @@ def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
 
 
 def test_fused_rms_norm_backward_equals_the_composite(monkeypatch):
-    from mmvit5.models.layers import norm
+    from mmvit5.models.layers.kernels import rms_norm as norm
     x = torch.randn(4, 300, 768, device='cuda')
     weight = torch.rand(768, device='cuda') + 0.5
     out, rstd = norm.rms_norm(x, weight, 1e-6)

@@ -45,7 +45,7 @@ def test_one_fused_op_each_way_per_attention(monkeypatch):
     rope = model.rope_table((2, 2), torch.float32, x.device)
     tokens = torch.randn(1, rope.shape[0], 64, requires_grad=True)
     with DispatchCount() as counted:
-        model.blocks[0](tokens, rope).sum().backward()
+        model.blocks[0](tokens, rope, plan=model.plan(x)).sum().backward()
     fused = {name: n for name, n in counted.ops.items() if name.startswith('mmvit5.qk_')}
     assert sorted(fused.values()) == [1, 2], fused  # forward twice, backward once
     assert not any('complex' in name for name in counted.ops)  # no unfused rotation

@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mmvit5.models.layers import apply_rope
-from mmvit5.models.layers.kernels import HAS_TRITON, triton_enabled
-from mmvit5.models.layers.kernels.qk_norm_rope_op import qk_norm_rope
+from mmvit5.models.layers import apply_rope, make_plan
+from mmvit5.models.layers.kernels import HAS_TRITON, dispatch, triton_enabled
+from mmvit5.models.layers.kernels.qk_norm_rope import qk_norm_rope
 from mmvit5.models.layers.norm import RMSNorm
 
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason='triton does not import')
@@ -32,7 +32,7 @@ def unfused(qkv, q_norm, k_norm, rope, out_dtype):
     q, k, v = qkv.unbind(2)
     out = []
     for x, norm in ((q, q_norm), (k, k_norm)):
-        x = norm(x)
+        x = norm(x, plan=make_plan(x)._replace(triton=False))
         if rope is not None:
             x = apply_rope(x, rope[:, None])
         out.append(x.to(out_dtype).transpose(1, 2))
@@ -42,7 +42,7 @@ def unfused(qkv, q_norm, k_norm, rope, out_dtype):
 def fused(qkv, q_norm, k_norm, rope, out_dtype, triton: bool, monkeypatch):
     monkeypatch.setenv('MMVIT5_TRITON', '1' if triton else '0')
     return qk_norm_rope(qkv, q_norm.weight, k_norm.weight, rope, EPS, out_dtype,
-                        triton_enabled(qkv))
+                        use_triton=triton_enabled(qkv))
 
 
 def values_and_grads(outs, qkv, q_norm, k_norm, seed: int = 1):
@@ -143,8 +143,8 @@ def test_pytorch_path_gradcheck_float64(monkeypatch):
     qkv, q_norm, k_norm, rope = inputs(2, 2, 8, torch.float64, True)
     weights = [n.weight.detach().double().requires_grad_() for n in (q_norm, k_norm)]
     assert torch.autograd.gradcheck(
-        lambda x, wq, wk: qk_norm_rope(x, wq, wk, rope, EPS), (qkv.detach().requires_grad_(),
-                                                               *weights))
+        lambda x, wq, wk: qk_norm_rope(x, wq, wk, rope, EPS, use_triton=False),
+        (qkv.detach().requires_grad_(), *weights))
 
 
 class CountOps(TorchDispatchMode):
@@ -193,7 +193,7 @@ def test_compiled_graph_has_no_break_and_equals_eager(monkeypatch):
     qkv, q_norm, k_norm, rope = inputs(1, 2, 32, torch.float32, True)
 
     def step(qkv, wq, wk):
-        q, k, v = qk_norm_rope(qkv, wq, wk, rope, EPS)
+        q, k, v = qk_norm_rope(qkv, wq, wk, rope, EPS, use_triton=False)
         return torch.nn.functional.scaled_dot_product_attention(q, k, v).square().sum()
 
     params = (qkv, q_norm.weight, k_norm.weight)
@@ -209,13 +209,13 @@ def test_bad_inputs_and_switch_values_are_named(monkeypatch):
     qkv, q_norm, k_norm, rope = inputs(1, 2, 32, torch.float32, True)
     w = q_norm.weight
     with pytest.raises(ValueError, match=r'\(B, T, 3, heads, head_dim\).*\(1, 40, 192\)'):
-        qk_norm_rope(qkv.flatten(2), w, w, rope, EPS)
+        qk_norm_rope(qkv.flatten(2), w, w, rope, EPS, use_triton=False)
     with pytest.raises(ValueError, match='contiguous'):
-        qk_norm_rope(torch.randn(1, T, 3, 2, 64)[..., ::2], w, w, rope, EPS)
+        qk_norm_rope(torch.randn(1, T, 3, 2, 64)[..., ::2], w, w, rope, EPS, use_triton=False)
     with pytest.raises(ValueError, match=r'k_weight must be \(32, \).*\(16,\)'):
-        qk_norm_rope(qkv, w, w[:16], rope, EPS)
+        qk_norm_rope(qkv, w, w[:16], rope, EPS, use_triton=False)
     with pytest.raises(ValueError, match=r'rope must be .*\(40, 16, 2\).*\(39, 16, 2\)'):
-        qk_norm_rope(qkv, w, w, rope[1:], EPS)
+        qk_norm_rope(qkv, w, w, rope[1:], EPS, use_triton=False)
     monkeypatch.setenv('MMVIT5_TRITON', 'yes')
     with pytest.raises(ValueError, match="MMVIT5_TRITON must be .*'yes'"):
         triton_enabled(qkv)
@@ -230,6 +230,6 @@ def test_dispatch_defaults_to_triton_on_cuda_only(monkeypatch):
     if HAS_TRITON and not torch.cuda.is_available():  # conftest.py set TRITON_INTERPRET
         monkeypatch.setenv('MMVIT5_TRITON', '1')
         assert triton_enabled(torch.empty(1)) is True
-        monkeypatch.delenv('TRITON_INTERPRET')
+        monkeypatch.setattr(dispatch, 'INTERPRET', False)  # kernels decorated without it
         with pytest.raises(RuntimeError, match='set TRITON_INTERPRET=1 before importing'):
             triton_enabled(torch.empty(1))

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmvit5.models.layers import scaled_linear
+from mmvit5.models.layers import make_plan, scaled_linear
 
 
 def saved_sizes(fn, params):
@@ -29,7 +29,7 @@ def test_scaled_linear_matches_product_in_value_and_gradients(rows):
     x = torch.randn(rows, 16, dtype=torch.float64, requires_grad=True)
     leaves = (x, linear.weight, linear.bias, gamma)
 
-    out = scaled_linear(x, linear, gamma)
+    out = scaled_linear(x, linear, gamma, plan=make_plan(x))
     grads = torch.autograd.grad(out.square().sum(), leaves)
     ref = gamma * linear(x)
     grads_ref = torch.autograd.grad(ref.square().sum(), leaves)
@@ -37,7 +37,7 @@ def test_scaled_linear_matches_product_in_value_and_gradients(rows):
     assert torch.allclose(out, ref, atol=1e-12)
     for a, b in zip(grads, grads_ref):
         assert torch.allclose(a, b, atol=1e-12)
-    assert torch.equal(scaled_linear(x, linear), linear(x))
+    assert torch.equal(scaled_linear(x, linear, None, plan=make_plan(x)), linear(x))
 
 
 @pytest.mark.parametrize('rows', [6, 256])  # product form (<= in_features=16), folded
@@ -45,7 +45,8 @@ def test_scaled_linear_keeps_only_its_input_for_backward(rows):
     linear = nn.Linear(16, 8)
     gamma = nn.Parameter(torch.ones(8))
     x = torch.randn(2, rows // 2, 16, requires_grad=True)
-    saved = saved_sizes(lambda: scaled_linear(x, linear, gamma), [*linear.parameters(), gamma])
+    saved = saved_sizes(lambda: scaled_linear(x, linear, gamma, plan=make_plan(x)),
+                        [*linear.parameters(), gamma])
     assert saved == [rows * 16]  # neither the output (rows x 8) nor the scaled weight (8 x 16)
 
 
@@ -57,7 +58,8 @@ def test_scaled_linear_gradcheck_float64(rows, bias):
     gamma = torch.rand(8, dtype=torch.float64, requires_grad=True)
     x = torch.randn(2, rows, 16, dtype=torch.float64, requires_grad=True)
     leaves = (x, linear.weight, gamma) + ((linear.bias, ) if bias else ())
-    assert torch.autograd.gradcheck(lambda x, *_: scaled_linear(x, linear, gamma), leaves)
+    assert torch.autograd.gradcheck(
+        lambda x, *_: scaled_linear(x, linear, gamma, plan=make_plan(x)), leaves)
 
 
 def test_scaled_linear_under_autocast_equals_the_folded_autograd_path():
@@ -67,7 +69,7 @@ def test_scaled_linear_under_autocast_equals_the_folded_autograd_path():
     x = torch.randn(300, 64, requires_grad=True)
     leaves = (x, linear.weight, linear.bias, gamma)
     with torch.autocast('cpu', torch.bfloat16):
-        out = scaled_linear(x, linear, gamma)
+        out = scaled_linear(x, linear, gamma, plan=make_plan(x))
         ref = nn.functional.linear(x, linear.weight * gamma[:, None], linear.bias * gamma)
     assert out.dtype == ref.dtype == torch.bfloat16 and torch.equal(out, ref)
     grads = torch.autograd.grad(out.float().square().sum(), leaves)
@@ -83,7 +85,7 @@ def test_scale_gradient_sums_in_float32_with_half_precision_parameters(triton, m
     from mmvit5.models.layers.kernels import HAS_TRITON
     if triton == '1' and not HAS_TRITON:
         pytest.skip('triton does not import')
-    from mmvit5.models.layers.layer_scale import layer_scale_grads
+    from mmvit5.models.layers.kernels.layer_scale import layer_scale_grads
     monkeypatch.setenv('MMVIT5_TRITON', triton)
     g = torch.Generator().manual_seed(0)
     n_out, n_in = 16, 3072

@@ -2,7 +2,7 @@
 
 Axes: kernel (sdpa, math, flex forward, the Triton kernels under the interpreter), dtype
 (float32, bf16 and fp16 autocast), QK-Norm (rms, ln), windows (on, off), ``with_cp`` (off,
-torch, fairscale). Each combination's outputs and gradients (where the CPU has a backward)
+torch). Each combination's outputs and gradients (where the CPU has a backward)
 are compared with the float32 SDPA PyTorch path, and the tensors entering attention must have
 one dtype: the GPU refuses what the CPU lets through (flex_attention's backward refuses mixed
 dtypes).
@@ -15,6 +15,7 @@ import torch
 
 from mmvit5.models import ViT5
 from mmvit5.models.layers import attention as attention_module
+from mmvit5.models.layers import plan as plan_module
 from mmvit5.models.layers import windows as windows_module
 from mmvit5.models.layers.attention import Attention
 from mmvit5.models.layers.kernels import (
@@ -105,13 +106,11 @@ def reference(norm: str, windows: bool, grad: bool, dtype: torch.dtype = torch.f
 
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 CASES = [  # (kernel, dtype, norm, windows, with_cp)
-    *itertools.product(['sdpa', 'math'], DTYPES, ['rms', 'ln'], [True, False],
-                       ['off', 'torch', 'fairscale']),
+    *itertools.product(['sdpa', 'math'], DTYPES, ['rms', 'ln'], [True, False], ['off', 'torch']),
     # flex: forward only (no CPU backward), windowed blocks only
     *itertools.product(['flex'], DTYPES, ['rms', 'ln'], [True], ['off']),
     # the Triton kernels run RMSNorm only: QK-Norm 'ln' takes the modules, as on the GPU
     *itertools.product(['triton'], DTYPES, ['rms'], [True, False], ['off', 'torch']),
-    ('triton', 'bf16', 'rms', True, 'fairscale'),
 ]
 
 
@@ -158,13 +157,12 @@ def assert_close(outs, grads, ref_outs, ref_grads, tol):
         torch.testing.assert_close(grads[name] / scale, ref / scale, **tol, msg=name)
 
 
-@pytest.mark.parametrize('cp_impl', ['torch', 'fairscale'])
-def test_checkpoint_recomputes_in_the_forward_dtype(cp_impl):
+def test_checkpoint_recomputes_in_the_forward_dtype():
     """bf16 autocast with with_cp on equals with_cp off, bit for bit: the recompute runs in the
-    forward's dtype (fairscale alone would recompute under CUDA fp16 autocast, or, on the CPU,
-    without autocast)."""
+    forward's dtype (torch's non-reentrant checkpoint recomputes under the forward's
+    autocast)."""
     plain = build('rms', True).train()
-    checkpointed = build('rms', True, with_cp=True, cp_impl=cp_impl).train()
+    checkpointed = build('rms', True, with_cp=True).train()
     (a, grads_a), (b, grads_b) = run(plain, torch.bfloat16, True), \
         run(checkpointed, torch.bfloat16, True)
     for u, v in zip(a, b):
@@ -197,7 +195,7 @@ def test_plan_is_decided_once_and_printed(capsys):
     model = build('rms', True, attn_impl='math', with_cp=True, cp_impl='torch').train()
     x = torch.randn(IMAGE)
     plan = model.plan(x)
-    assert (plan.device, plan.mode, plan.attend, plan.window_kernel, plan.checkpoint) == \
+    assert (plan.device, plan.mode, plan.attention, plan.window_kernel, plan.checkpoint) == \
         ('cpu', ExecutionMode.EAGER, 'math', 'sdpa', 'torch')
     assert str(plan) == ('cpu, eager, float32 (no autocast), fused ops: PyTorch, attention: '
                          'math, windows: sdpa, gradients: on, checkpoint: torch, compiled '
@@ -208,9 +206,39 @@ def test_plan_is_decided_once_and_printed(capsys):
     assert model.plan(x).checkpoint is None  # torch checkpointing only in training
 
 
+def test_one_plan_per_forward(monkeypatch):
+    """Every entry point makes one plan and hands it down: no layer makes its own (every
+    make_plan, wherever it is called from, asks execution_mode once)."""
+    made = []
+
+    def counted():
+        made.append(mode())
+        return made[-1]
+
+    mode = plan_module.execution_mode
+    monkeypatch.setattr(plan_module, 'execution_mode', counted)
+    model = build('rms', True, with_cp=True).train()
+    x = torch.randn(IMAGE)
+    for run in (model, model.forward_features, model.forward_tokens,
+                lambda x: model.forward_intermediates(x, norm=True),
+                lambda x: model.forward_intermediates(x, indices=1, intermediates_only=True)):
+        made.clear()
+        run(x)
+        assert len(made) == 1
+
+
+def test_checkpointing_is_torch_only():
+    """One mechanism: the deprecated cp_impl='fairscale' runs torch's checkpoint (with a
+    warning); grad_checkpointing switches it at run time. (With compiled blocks:
+    tests/test_qk_norm_rope.py.)"""
+    with pytest.warns(FutureWarning, match="cp_impl='fairscale' is deprecated"):
+        model = build('rms', True, with_cp=True, cp_impl='fairscale').train()
+    assert model.plan(torch.randn(IMAGE)).checkpoint == 'torch'
+    model.grad_checkpointing = False
+    assert model.plan(torch.randn(IMAGE)).checkpoint is None
+
+
 def test_impossible_combinations_are_refused_with_the_reason():
-    with pytest.raises(ValueError, match="compile_blocks=True cannot compile fairscale"):
-        ViT5(arch=ARCH, img_size=32, with_cp=True, compile_blocks=True)
     with pytest.raises(ValueError, match="attn_impl must be one of"):
         ViT5(arch=ARCH, img_size=32, attn_impl='flash')
     model = build('rms', True, attn_impl='flex').train()

@@ -4,11 +4,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from benchmarks.breakdown import observe_saved, saved_activations
+from benchmarks.breakdown import observe_saved, saved_activations, setup_plan
 from benchmarks.core import Setup
 from mmvit5.models import ViT5
 from mmvit5.models.layers import apply_rope, make_plan
-from mmvit5.models.layers.kernels.qk_norm_rope_op import qk_norm_rope
+from mmvit5.models.layers.kernels.qk_norm_rope import qk_norm_rope
 from mmvit5.models.layers.norm import RMSNorm
 from mmvit5.models.layers.recompute import RecomputeSaved
 
@@ -28,7 +28,8 @@ def test_qk_norm_rope_gradcheck_float64():
     qkv = torch.randn(B, T, 3, H, D, dtype=torch.float64, requires_grad=True)
     weights = [(torch.rand(D, dtype=torch.float64) + 0.5).requires_grad_() for _ in range(2)]
     assert torch.autograd.gradcheck(
-        lambda qkv, wq, wk: qk_norm_rope(qkv, wq, wk, rope, 1e-6)[:2], (qkv, *weights))
+        lambda qkv, wq, wk: qk_norm_rope(qkv, wq, wk, rope, 1e-6, use_triton=False)[:2],
+        (qkv, *weights))
 
 
 def test_qk_norm_rope_equals_the_two_modules_in_value_and_gradient():
@@ -38,8 +39,9 @@ def test_qk_norm_rope_equals_the_two_modules_in_value_and_gradient():
         nn.init.uniform_(norm.weight, 0.5, 1.5)
     qkv = torch.randn(2, 50, 3, 12, 64, requires_grad=True)
     rope = table(50, 64, torch.float32)
-    fused = qk_norm_rope(qkv, norms[0].weight, norms[1].weight, rope, 1e-6)[:2]
-    plain = [apply_rope(norm(qkv[:, :, i]), rope[:, None]).transpose(1, 2)
+    fused = qk_norm_rope(qkv, norms[0].weight, norms[1].weight, rope, 1e-6, use_triton=False)[:2]
+    plan = make_plan(qkv)
+    plain = [apply_rope(norm(qkv[:, :, i], plan=plan), rope[:, None]).transpose(1, 2)
              for i, norm in enumerate(norms)]
     params = (qkv, norms[0].weight, norms[1].weight)
     grad = [torch.randn_like(t) for t in plain]
@@ -112,7 +114,7 @@ def test_block_keeps_no_more_for_backward_than_timm_vit_block(autocast):
     rope = model.rope_table(grid, torch.float32, torch.device('cpu'))
     x5 = torch.randn(1, rope.shape[0], 768, requires_grad=True)
     x = torch.randn(1, 1 + 14 * 14, 768, requires_grad=True)
-    ours = saved_activations('vit5', model.blocks[0], (x5, rope), setup)
+    ours = saved_activations('vit5', model.blocks[0], (x5, rope), setup, setup_plan(setup))
     timm = saved_activations('timm', TimmBlock(768, 12, qkv_bias=True).train(), (x, ), setup)
     recomputed = [s for s in ours if s.recomputed]
     assert [s.op for s in recomputed] == ['scaled_dot_product_attention'] * 2  # rotated q, k
@@ -139,13 +141,12 @@ def test_recompute_saved_keeps_what_it_does_not_know_and_observers_see_through_i
 
 def test_attention_under_checkpointing_does_not_nest_hooks():
     torch.manual_seed(0)
-    for impl in ('torch', 'fairscale'):
-        model = ViT5(arch=dict(embed_dim=64, depth=2, num_heads=2), img_size=64, with_cp=True,
-                     cp_impl=impl).train()
-        x = torch.randn(1, 3, 64, 64)
-        assert model.plan(x).checkpoint == impl and not model.plan(x).recompute_qk(None)
-        model(x)[0].sum().backward()
-        assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    model = ViT5(arch=dict(embed_dim=64, depth=2, num_heads=2), img_size=64,
+                 with_cp=True).train()
+    x = torch.randn(1, 3, 64, 64)
+    assert model.plan(x).checkpoint == 'torch' and not model.plan(x).recompute_qk(None)
+    model(x)[0].sum().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
     assert make_plan(torch.randn(1)).recompute_qk(None)
 
 
@@ -159,18 +160,20 @@ def test_training_forward_traces_into_one_graph():
 
 
 @pytest.mark.slow  # torch.compile on CPU
-def test_compile_blocks_matches_eager_and_refuses_fairscale():
+def test_compile_blocks_matches_eager_with_and_without_checkpointing():
     torch.manual_seed(0)
     arch = dict(embed_dim=64, depth=2, num_heads=2)
     eager = ViT5(arch=arch, img_size=64).train()
     compiled = ViT5(arch=arch, img_size=64, compile_blocks=True).train()
     compiled.load_state_dict(eager.state_dict())
     x = torch.randn(1, 3, 64, 64)
-    a, b = eager(x)[0], compiled(x)[0]
-    torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    a = eager(x)[0]
     a.square().mean().backward()
-    b.square().mean().backward()
-    for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
-        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
-    with pytest.raises(ValueError, match="cp_impl='torch'"):
-        ViT5(arch=arch, img_size=64, with_cp=True, compile_blocks=True)
+    for checkpointing in (False, True):  # the compiled blocks run inside torch's checkpoint
+        compiled.zero_grad(set_to_none=True)
+        compiled.grad_checkpointing = checkpointing
+        b = compiled(x)[0]
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+        b.square().mean().backward()
+        for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)

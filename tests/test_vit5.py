@@ -194,11 +194,10 @@ def test_fused_attention_equals_explicit_softmax(released):
         assert rel_err(fused(x)[0], explicit(x)[0]) < 1e-5
 
 
-@pytest.mark.parametrize('cp_impl', ['fairscale', 'torch'])
-def test_activation_checkpointing_matches_plain_path(released, cp_impl):
+def test_activation_checkpointing_matches_plain_path(released):
     _, path = released
     plain = build(path).train()
-    ckpt = build(path, with_cp=True, cp_impl=cp_impl).train()
+    ckpt = build(path, with_cp=True).train()
     assert set(ckpt.state_dict()) == set(plain.state_dict())
     x = torch.randn(2, 3, IMG, IMG)
     out_plain, out_cp = plain(x)[0], ckpt(x)[0]
@@ -209,11 +208,10 @@ def test_activation_checkpointing_matches_plain_path(released, cp_impl):
         assert torch.allclose(p.grad, q.grad, atol=1e-6, rtol=1e-5), name
 
 
-@pytest.mark.parametrize('cp_impl', ['fairscale', 'torch'])
-def test_deep_copy_of_checkpointed_model_computes_with_its_own_weights(released, cp_impl):
-    """mmengine's EMA deep-copies the model; fairscale's wrapper must not tie the copy to it."""
+def test_deep_copy_of_checkpointed_model_computes_with_its_own_weights(released):
+    """mmengine's EMA deep-copies the model; checkpointing must not tie the copy to it."""
     _, path = released
-    model = build(path, with_cp=True, cp_impl=cp_impl).train()
+    model = build(path, with_cp=True).train()
     twin = copy.deepcopy(model)
     with torch.no_grad():
         for p in twin.parameters():

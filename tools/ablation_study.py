@@ -18,7 +18,6 @@ import sys
 import time
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
 
 TASKS = {  # recipe, toy config, the metric the table reports
     'upernet': ('vit5_upernet_ade20k', 'configs/toy/vit5-tiny_upernet_shapes.py', 'mIoU'),

@@ -9,12 +9,8 @@ Example: ``python tools/benchmark.py --models vit5-s,vit5-b --sizes 224,512,1024
 ``--quick`` is the CI smoke preset.
 """
 import argparse
-import os
 import sys
 from typing import Optional, Sequence
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 
 DEFAULT_FULL_CONFIGS = 'configs/vit5_maskrcnn_coco.py,configs/vit5_upernet_ade20k.py'
 QUICK = dict(sizes='64', models='vit5-s', repeats=1, warmup=0, peers='timm-vit', matmul_size=1024)
@@ -87,6 +83,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--train-log', metavar='LOG:CONFIG:ARCH',
                         help='report a tools/train.py log (img/s, peak, backbone MFU) against '
                         'the model-only step of CONFIG (ViT5 ARCH, --batch, --full-size)')
+    parser.add_argument('--versus', metavar='CHECKOUT',
+                        help='measure the rows of these flags with this checkout and with '
+                        'CHECKOUT (another mmvit5 checkout, e.g. `git worktree add /tmp/old '
+                        'COMMIT`), each by its own tools/benchmark.py in processes of their '
+                        'own, alternated; one table of both (e.g. with --with-cp: activation '
+                        'checkpointing before and after a change)')
+    parser.add_argument('--versus-rounds', type=int, default=3,
+                        help='alternated runs of each checkout with --versus (medians)')
     parser.add_argument('--json', help='save the raw rows here (at the end of the run)')
     parser.add_argument('--rows-log', metavar='JSONL',
                         help='append each row, target or record to this JSON-lines file the '
@@ -98,6 +102,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--plot', help='PNG of the run (default work_dirs/benchmark.png, '
                         'work_dirs/components.png with --components)')
     args = parser.parse_args(argv)
+    if args.versus and (args.components or args.breakdown or args.launches or args.train_log
+                        or args.targets or args.detector_targets or args.full_model):
+        parser.error('--versus compares the main table\'s rows (--models, --sizes, --with-cp, '
+                     '...), not --components, --breakdown, --launches, --train-log, targets '
+                     'or --full-model')
     # torch and the benchmark machinery only now: --help needs none of them
     from benchmarks.cli import complete_args
     complete_args(args, parser.error, QUICK)
@@ -107,6 +116,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     args.command = 'python tools/benchmark.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
+    if args.versus:
+        from benchmarks.versus import run_versus
+        return run_versus(args)
     from benchmarks.cli import run_benchmark
     return run_benchmark(args)
 

@@ -20,8 +20,8 @@ from typing import List, Sequence
 
 MMCV_VERSION = '2.1.0'
 # mmcv.ops before mmvit5: it must import through the .pth hook alone
-IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'fairscale', 'pycocotools',
-           'ftfy', 'regex']
+IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'pycocotools', 'ftfy',
+           'regex']
 # what each extra of setup.py (requirements/<extra>.txt) must make importable
 EXTRA_IMPORTS = {'tests': ['pytest', 'panopticapi'],
                  'benchmark': ['timm', 'fvcore', 'matplotlib', 'faster_coco_eval'],

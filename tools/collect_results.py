@@ -12,13 +12,8 @@ Prints the table; ``--readme`` also replaces the table between its markers in th
 ``--save`` adds the runs to the records the README table is generated from.
 """
 import argparse
-import os.path as osp
-import sys
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
-
-from benchmarks.results import collect_runs, results_table, save_runs, write_into  # noqa: E402
+from benchmarks.results import collect_runs, results_table, save_runs, write_into
 
 
 def main() -> None:

@@ -80,5 +80,4 @@ def main() -> int:
 
 
 if __name__ == '__main__':
-    sys.path.insert(0, REPO)
     sys.exit(main())

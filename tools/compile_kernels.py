@@ -10,12 +10,10 @@ has: both cost speed on the GPU, and neither shows under Triton's interpreter.
 """
 import argparse
 import os
-import os.path as osp
 import sys
 
 # the kernels must be decorated for the compiler, not for the interpreter
 os.environ.pop('TRITON_INTERPRET', None)
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # benchmarks/ beside tools/
 
 
 def ints(text: str) -> list:

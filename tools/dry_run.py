@@ -10,12 +10,10 @@ recipe with a tiny backbone and heads: a smoke check of the config, not its cost
 """
 import argparse
 import os.path as osp
-import sys
 
 from cli_options import add_cfg_options
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
 
 
 def main() -> None:

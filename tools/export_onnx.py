@@ -19,8 +19,6 @@ from typing import List, Optional, Sequence, Tuple
 
 from cli_options import add_cfg_options
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)  # run from a checkout without installing mmvit5
 PARTS = ('backbone', 'neck', 'segmentor')  # mmvit5.deploy.PARTS, which build_part checks
 
 

@@ -44,7 +44,6 @@ def main(argv=None) -> int:
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     if args.triton == '1' and not device.startswith('cuda'):
         os.environ.setdefault('TRITON_INTERPRET', '1')
-    sys.path.insert(0, REPO)  # benchmarks/ beside tools/
     from benchmarks.results import git_commit
     from benchmarks.rowlog import RowLog
     from benchmarks.smoke import run_smoke, summary

@@ -120,7 +120,7 @@ fi
 # 3. The rest of the pinned stack, resolved together with the new mmcv wheel (its runtime
 #    dependencies, e.g. opencv, come with it). --no-cache-dir: pip's wheel cache does not key
 #    on the torch version.
-say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, fairscale, helpers and extras"
+say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, helpers and extras"
 "${pip[@]}" install --no-cache-dir -r "$here/requirements.txt" ${wheel:+"$wheel"}
 # panoptic evaluation (CocoPanopticMetric): panopticapi-lite declares numpy<2 but runs on the
 # numpy 2 that opencv needs, so it comes without its declared dependencies

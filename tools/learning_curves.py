@@ -20,9 +20,9 @@ import sys
 import time
 from typing import Dict, NamedTuple
 
+from benchmarks.results import METRICS, machine, write_results
+
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, REPO)  # benchmarks/ beside tools/
-from benchmarks.results import METRICS, machine, write_results  # noqa: E402
 
 
 class Run(NamedTuple):

@@ -12,7 +12,6 @@ import os.path as osp
 import sys
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, REPO)  # benchmarks/ lives beside tools/, not in the installed package
 
 
 def markdown_files() -> list:

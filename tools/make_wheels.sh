@@ -5,7 +5,7 @@
 #   bash tools/make_wheels.sh [OUT=.whl] [PYTHON_VERSION=3.12]
 #
 # Versions are the ones installed here (the tested stack). Pure-Python packages come as
-# py3 wheels (built here from sdists where PyPI has no wheel: mmcv-lite, fairscale, fvcore);
+# py3 wheels (built here from sdists where PyPI has no wheel: mmcv-lite, fvcore);
 # the compiled ones (pycocotools, shapely, faster-coco-eval) are fetched for PYTHON_VERSION on
 # manylinux x86_64. numpy, scipy, matplotlib, opencv(-headless), pillow, pyyaml, regex, rich,
 # tqdm, pytest, onnx and onnxruntime are expected on the GPU machine already (they are on the
@@ -16,7 +16,7 @@ out=$(mkdir -p "${1:-$here/.whl}" && cd "${1:-$here/.whl}" && pwd)
 pyver=${2:-3.12}
 PY=${PYTHON:-python3}
 pip=("$PY" -m pip --disable-pip-version-check -q)
-PURE=(mmengine mmdet mmsegmentation mmpretrain fairscale ftfy wcwidth fvcore iopath yacs
+PURE=(mmengine mmdet mmsegmentation mmpretrain ftfy wcwidth fvcore iopath yacs
       termcolor addict yapf platformdirs terminaltables prettytable mat4py modelindex
       model-index ordered-set importlib-metadata lazy-importer timm einops)
 BINARY=(pycocotools shapely faster-coco-eval)

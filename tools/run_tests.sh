@@ -27,7 +27,9 @@ if [ "${1:-}" = --fresh ]; then
       "torch===$FRESH_TORCH" "torchvision==$vision"
   fi
   echo "[run_tests] fresh: $(git -C "$tmp/mmvit5" log -1 --format='%h %s') in $tmp"
-  PATH="$tmp/venv/bin:$PATH" PYTHON="$tmp/venv/bin/python" \
+  # a run of the whole suite records its time in this checkout's results/, not the clone's
+  PATH="$tmp/venv/bin:$PATH" PYTHON="$tmp/venv/bin/python" MMVIT5_FRESH=1 \
+    SUITE_RESULTS="${SUITE_RESULTS:-$here/results/test_suite.json}" \
     bash "$tmp/mmvit5/tools/run_tests.sh" "$@"
   exit $?
 fi
@@ -36,12 +38,25 @@ bash "$here/tools/install.sh"
 bash "$here/tools/install_slurm.sh"  # the SLURM cluster tests skip without it
 cd "$here"
 "$PY" tools/check_env.py --stack
+junit=$(mktemp "${TMPDIR:-/tmp}/mmvit5-junit.XXXXXX")
 set +e
-"$PY" -m pytest -ra "$@"
+start=$(date +%s)
+"$PY" -m pytest -ra --junitxml="$junit" "$@"
 status=$?
+seconds=$(( $(date +%s) - start ))
 set -e
 if [ "$status" -eq 5 ]; then
   echo "[run_tests] pytest collected no tests: failing on purpose" >&2
   exit 1
 fi
+if [ $# -eq 0 ]; then
+  # the whole suite ran: its wall time goes to results/test_suite.json, which the docs'
+  # suite-time line is generated from (python tools/make_tables.py)
+  out=${SUITE_RESULTS:-$here/results/test_suite.json}
+  "$PY" -c 'import sys; from benchmarks.results import record_test_suite
+record_test_suite(*sys.argv[1:])' "$out" "$junit" "$seconds" \
+    "bash tools/run_tests.sh${MMVIT5_FRESH:+ --fresh}" "${MMVIT5_FRESH:-0}"
+  echo "[run_tests] $seconds s: recorded in $out (python tools/make_tables.py puts it in the docs)"
+fi
+rm -f "$junit"
 exit "$status"

@@ -13,11 +13,9 @@ The registry scope (mmdet, mmseg) comes from the config's ``default_scope``.
 """
 import argparse
 import os.path as osp
-import sys
 
 from cli_options import add_runner_args
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # benchmarks/ beside tools/
 try:  # the results harness lives in the checkout, not in the installed runtime
     from benchmarks.results import record_run
 except ImportError:  # this file copied out of a checkout: train without the run record

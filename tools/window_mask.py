@@ -6,9 +6,6 @@ rule's exact fraction (benchmarks/window_mask.py): why batched SDPA windows are 
 import argparse
 import datetime
 import os.path as osp
-import sys
-
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))  # benchmarks/ beside tools/
 
 
 def main() -> None:

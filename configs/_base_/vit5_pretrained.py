@@ -1,12 +1,9 @@
-# The released ViT-5 weights: the one place that names them. The first run downloads each file
-# once into the torch hub cache (torch.hub.get_dir()/checkpoints/, under TORCH_HOME), where
-# mmengine's loader looks too; later runs and offline machines read it from there. To use a
-# local copy instead, set the checkpoint to its path (docs/en/user_guides/checkpoints.md).
-# tools/train.py checks (and downloads) them before anything is built.
-released_weights = 'https://huggingface.co/FengWang3211/ViT-5/resolve/main/'
-pretrained_small = released_weights + 'vit5_small_patch16_224.pth'
-pretrained_base = released_weights + 'vit5_base_patch16_224.pth'
-pretrained_large = released_weights + 'vit5_large_patch16_224.pth'
-# the 384x384 fine-tuned files (base and large only); configs using them set img_size=384
-pretrained_base_384 = released_weights + 'vit5_base_patch16_384.pth'
-pretrained_large_384 = released_weights + 'vit5_large_patch16_384.pth'
+# The released ViT-5 weights, named in one place: mmvit5/models/backbones/vit5_released.py
+# (released_weights, pretrained_small, pretrained_base, pretrained_large, pretrained_base_384,
+# pretrained_large_384), whose values this base config takes. __import__ rather than an import
+# statement: with one, mmengine would read this file as a lazy-import config, which the
+# recipes' _base_ chains cannot inherit. To use a local copy instead, set the checkpoint to its
+# path (docs/en/user_guides/checkpoints.md); tools/train.py checks (and downloads) the files
+# before anything is built.
+_released = __import__('mmvit5.models.backbones.vit5_released', fromlist=['released_weights'])
+globals().update({k: v for k, v in vars(_released).items() if not k.startswith('_')})

@@ -7,21 +7,18 @@ the default ``num_classes=0`` a ViT5 has no head and no ``head.*`` keys, so the 
 backbones are unchanged. Method names and semantics follow timm's ``VisionTransformer`` and
 ``Eva``.
 """
+import dataclasses
 from typing import Dict, List, Optional, Sequence, Set, Union
 
 import torch
 import torch.nn as nn
 
-from ...utils.checks import check_number
-
-# 'token': the class token (released); 'avg': the mean of the patch tokens (registers and class
-# token left out); '': every token, unpooled
-GLOBAL_POOLS = ('token', 'avg', '')
+from .vit5_config import check_head
 
 
 class ViT5TimmApi:
-    """Mixed into ViT5; relies on its ``embed_dim``, ``depth``, ``num_registers``, ``blocks``,
-    ``norm``, ``tokens``, ``_run_blocks`` and ``_take_indices``."""
+    """Mixed into ViT5; relies on its ``config``, ``embed_dim``, ``depth``, ``num_registers``,
+    ``blocks``, ``norm``, ``_start``, ``_run_blocks`` and ``_take_indices``."""
 
     @property
     def num_features(self) -> int:
@@ -47,8 +44,8 @@ class ViT5TimmApi:
         Returns:
             Tensor: ``[cls, patches, registers]`` (B, 1 + H / 16 * W / 16 + R, C).
         """
-        tokens, grid = self.tokens(x)
-        return self._run_blocks(tokens, grid, [self.depth - 1])[self.depth - 1]
+        tokens, grid, plan = self._start(x)
+        return self._run_blocks(tokens, grid, [self.depth - 1], plan)[self.depth - 1]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool ``forward_features``' tokens by ``global_pool``, then classify.
@@ -78,12 +75,8 @@ class ViT5TimmApi:
             global_pool (str, optional): ``'token'`` (class token, as released), ``'avg'``
                 (mean of the patch tokens) or ``''`` (no pooling); None keeps the current one.
         """
-        check_number('num_classes', num_classes, low=0, integer=True,
-                     hint='0 for no classifier, 1000 for the released ImageNet head')
+        check_head(num_classes, global_pool)
         if global_pool is not None:
-            if global_pool not in GLOBAL_POOLS:
-                raise ValueError(f'global_pool must be one of {GLOBAL_POOLS}, got '
-                                 f"{global_pool!r}; 'token' reads the class token, as released")
             self.global_pool = global_pool
         self.num_classes = num_classes
         self.head = nn.Linear(self.embed_dim, num_classes, device=self.cls_token.device,
@@ -91,9 +84,8 @@ class ViT5TimmApi:
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Activation checkpointing of every block in training (``with_cp``), through torch's
-        non-reentrant checkpoint."""
-        self.with_cp = enable
-        self.cp_impl = 'torch'
+        non-reentrant checkpoint; the next forward's plan reads it."""
+        self.grad_checkpointing = enable
 
     def group_matcher(self, coarse: bool = False) -> Dict[str, object]:
         """Parameter groups for timm's layer decay, as timm's ``VisionTransformer`` makes them:
@@ -125,9 +117,9 @@ class ViT5TimmApi:
         self.blocks = self.blocks[:max(take) + 1]
         self.depth = len(self.blocks)
         self.feature_info = self.feature_info[:self.depth]
-        if prune_norm:
+        if prune_norm:  # as if built with final_norm=False
             self.norm = nn.Identity()
-            self.final_norm = False
+            self.config = dataclasses.replace(self.config, final_norm=False)
         if prune_head:
             self.reset_classifier(0, '')
         return take

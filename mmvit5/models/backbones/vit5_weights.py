@@ -12,16 +12,14 @@ from mmengine.logging import print_log
 
 from ...checkpoint import CheckpointError, extract_state_dict
 from ..layers.pos_embed import resize_pos_embed
+from . import vit5_released
+from .vit5_config import RELEASED_SWITCHES
 
-# The released weights (the ViT-5 README's links); configs/_base_/vit5_pretrained.py names them
-RELEASED_URL = 'https://huggingface.co/FengWang3211/ViT-5/resolve/main/{}'
-RELEASED_FILES = ('vit5_small_patch16_224.pth', 'vit5_base_patch16_224.pth',
-                  'vit5_large_patch16_224.pth', 'vit5_base_patch16_384.pth',
-                  'vit5_large_patch16_384.pth')
-
-# the ablation switches as the released model sets them
-RELEASED_SWITCHES = dict(num_registers=4, layer_scale_init_value=1e-4, qk_norm=True,
-                         use_abs_pos=True, use_rope=True, norm='rms', qkv_bias=False)
+# The released weights, as vit5_released.py names them: URL pattern and file names
+RELEASED_URL = vit5_released.released_weights + '{}'
+RELEASED_FILES = tuple(url[len(vit5_released.released_weights):]
+                       for name, url in vars(vit5_released).items()
+                       if name.startswith('pretrained_'))
 # the tensors in which each switch makes a model differ from a released one; RoPE has no
 # parameters (its buffers are checked apart)
 SWITCHED_KEYS = dict(
@@ -70,7 +68,8 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
     check_vit5_state(state, source)
     own = model.state_dict()
     notes: Dict[Tuple[str, str], List[str]] = defaultdict(list)
-    if model.layer_scale_init_value is None:
+    config = model.config
+    if config.layer_scale_init_value is None:
         state, folded = fold_layer_scale(state)
         notes['folded into attn.proj / mlp.fc2, the same function',
               'layer_scale_init_value=None'] += folded
@@ -87,7 +86,7 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
             # deterministic buffers, stored per block by the reference: check, then drop
             rope = model.rope_reg if 'rope_reg' in key else model.rope
             if rope is None:
-                notes['dropped', 'use_rope=False' if not model.use_rope else
+                notes['dropped', 'use_rope=False' if not config.use_rope else
                       'num_registers=0'].append(key)
             elif value.shape != rope.freqs.shape or not torch.allclose(
                     value.float(), rope.freqs, rtol=1e-6, atol=0):
@@ -105,11 +104,11 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
             value = adapt_input_conv(value, own[key].shape[1])
             notes['adapted', f'in_channels={own[key].shape[1]}'].append(key)
         adapted[key] = value
-    if model.layer_scale_init_value not in (None, RELEASED_SWITCHES['layer_scale_init_value']):
+    if config.layer_scale_init_value not in (None, RELEASED_SWITCHES['layer_scale_init_value']):
         # an init ablation means nothing once a checkpoint's gammas replace the init
         notes['loaded over the init', f'layer_scale_init_value='
-              f'{model.layer_scale_init_value!r}'] += [k for k in adapted if 'gamma_' in k]
-    switches = model.switches()
+              f'{config.layer_scale_init_value!r}'] += [k for k in adapted if 'gamma_' in k]
+    switches = config.switches()
     described = ''.join(f', {k}={v!r}' for k, v in switches.items() if k != 'num_registers')
     return fit_state_dict(
         adapted, own, switched_keys(switches), notes, mismatched, source,

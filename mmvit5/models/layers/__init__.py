@@ -1,6 +1,6 @@
 from .attention import Attention
 from .block import Block, Mlp, PatchEmbed
-from .layer_scale import scaled_linear
+from .kernels.layer_scale import scaled_linear
 from .norm import TOKEN_NORMS, LayerNorm, LayerNorm2d, RMSNorm, token_norm
 from .plan import ExecutionPlan, make_plan
 from .pos_embed import resize_pos_embed

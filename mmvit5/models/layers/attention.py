@@ -6,10 +6,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kernels.qk_norm_rope_op import qk_norm_rope
-from .layer_scale import scaled_linear
+from .kernels.layer_scale import scaled_linear
+from .kernels.qk_norm_rope import qk_norm_rope
 from .norm import token_norm
-from .plan import ExecutionPlan, make_plan
+from .plan import ExecutionPlan
 from .recompute import RecomputeSaved
 from .rope import apply_rope
 from .windows import WindowLayout, window_attention
@@ -78,12 +78,10 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
                 windows: Optional[WindowLayout] = None,
-                out_scale: Optional[torch.Tensor] = None,
-                plan: Optional[ExecutionPlan] = None) -> torch.Tensor:
+                out_scale: Optional[torch.Tensor] = None, *,
+                plan: ExecutionPlan) -> torch.Tensor:
         """``windows``: the token order, needed by windowed blocks; ``out_scale`` (C, ): the
-        block's LayerScale, folded into ``proj``; ``plan``: how to run
-        (:func:`.plan.make_plan` of ``x`` where None)."""
-        plan = make_plan(x) if plan is None else plan
+        block's LayerScale, folded into ``proj``; ``plan``: how to run (:mod:`.plan`)."""
         if self.window_size and windows is None:
             raise ValueError('a windowed block needs its WindowLayout (ViT5 passes it); '
                              'call it through the backbone or pass windows=window_layout(...)')
@@ -93,12 +91,12 @@ class Attention(nn.Module):
         recompute = plan.recompute_qk(kernel)
         with RecomputeSaved() if recompute else contextlib.nullcontext() as saved:
             q, k, v = self._qkv_heads(qkv, rope, plan, saved)
-            attend = self.attend if plan.attend == 'sdpa' else math_attention
+            attend = self.attend if plan.attention == 'sdpa' else math_attention
             if kernel is None:
                 out = attend(q, k, v).transpose(1, 2)
             else:
                 out = window_attention(q, k, v, windows, attend, plan)
-        return scaled_linear(out.reshape(B, T, C), self.proj, out_scale, plan)
+        return scaled_linear(out.reshape(B, T, C), self.proj, out_scale, plan=plan)
 
     def _qkv_heads(self, qkv: torch.Tensor, rope: Optional[torch.Tensor], plan: ExecutionPlan,
                    saved: Optional[RecomputeSaved]) -> QKV:
@@ -110,15 +108,17 @@ class Attention(nn.Module):
         output in that layout too, and (B, T, C) for ``proj`` is a view, not a copy.
         """
         if self.fusable and plan.eager:
-            args = (qkv, self.q_norm.weight, self.k_norm.weight, rope, self.q_norm.eps,
-                    qkv.dtype, plan.triton)
-            q, k, v = qk_norm_rope(*args)
+            def fused() -> QKV:
+                return qk_norm_rope(qkv, self.q_norm.weight, self.k_norm.weight, rope,
+                                    self.q_norm.eps, qkv.dtype, use_triton=plan.triton)
+
+            q, k, v = fused()
             if saved is not None:
                 remade = {}
 
                 def remake(i: int) -> torch.Tensor:  # one call remakes q and k together
                     if i not in remade:
-                        remade.update(enumerate(qk_norm_rope(*args)[:2]))
+                        remade.update(enumerate(fused()[:2]))
                     return remade.pop(i)
 
                 saved.register(q, lambda: remake(0))
@@ -128,7 +128,7 @@ class Attention(nn.Module):
         rope = None if rope is None else rope[:, None]  # broadcast over heads
 
         def heads(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-            x = norm(x, plan) if self.qk_norm else x
+            x = norm(x, plan=plan) if self.qk_norm else x
             if rope is not None:
                 x = apply_rope(x, rope, complex_product=plan.eager)
             return x.to(qkv.dtype).transpose(1, 2)

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from torchvision.ops import StochasticDepth
 
 from .attention import Attention
-from .layer_scale import scaled_linear
+from .kernels.layer_scale import scaled_linear
 from .norm import token_norm
-from .plan import ExecutionPlan, make_plan
+from .plan import ExecutionPlan
 from .windows import WindowLayout
 
 
@@ -23,10 +23,10 @@ class Mlp(nn.Module):
         self.act = nn.GELU()
         self.fc2 = nn.Linear(hidden_dim, dim)
 
-    def forward(self, x: torch.Tensor, out_scale: Optional[torch.Tensor] = None,
-                plan: Optional[ExecutionPlan] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, out_scale: Optional[torch.Tensor] = None, *,
+                plan: ExecutionPlan) -> torch.Tensor:
         """``out_scale`` (C, ): the block's LayerScale, folded into ``fc2``."""
-        return scaled_linear(self.act(self.fc1(x)), self.fc2, out_scale, plan)
+        return scaled_linear(self.act(self.fc1(x)), self.fc2, out_scale, plan=plan)
 
 
 class Block(nn.Module):
@@ -48,7 +48,7 @@ class Block(nn.Module):
     Shape:
         - x: (B, T, C); rope: (T, C // num_heads // 2, 2) (cos, sin) or None, in the token
           order of ``x``; windows: that order, for windowed blocks (:mod:`.windows`); plan:
-          how to run (:mod:`.plan`), made for ``x`` where None.
+          how to run (:mod:`.plan`).
         - Output: (B, T, C).
     """
 
@@ -71,23 +71,15 @@ class Block(nn.Module):
         self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
-                windows: Optional[WindowLayout] = None,
-                plan: Optional[ExecutionPlan] = None) -> torch.Tensor:
-        plan = make_plan(x) if plan is None else plan
-        if plan.checkpoint == 'fairscale':
-            # fairscale's recompute enters CUDA fp16 autocast whatever the forward ran (bf16,
-            # or CPU autocast): re-enter the forward's, so recompute matches it
-            with plan.autocast_context():
-                return self._forward(x, rope, windows, plan)
-        return self._forward(x, rope, windows, plan)
-
-    def _forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
-                 windows: Optional[WindowLayout], plan: ExecutionPlan) -> torch.Tensor:
+                windows: Optional[WindowLayout] = None, *,
+                plan: ExecutionPlan) -> torch.Tensor:
         # each pre-norm feeds a matmul (qkv, fc1), which would cast to autocast's dtype
         # anyway: the norm writes that dtype (one rounding, no cast kernels)
-        h = self.attn(self.norm1(x, plan, plan.autocast), rope, windows, self.gamma_1, plan)
+        h = self.attn(self.norm1(x, plan.autocast, plan=plan), rope, windows, self.gamma_1,
+                      plan=plan)
         x = x + self.drop_path(h)
-        return x + self.drop_path(self.mlp(self.norm2(x, plan, plan.autocast), self.gamma_2, plan))
+        h = self.mlp(self.norm2(x, plan.autocast, plan=plan), self.gamma_2, plan=plan)
+        return x + self.drop_path(h)
 
 
 class PatchEmbed(nn.Module):

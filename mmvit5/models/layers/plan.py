@@ -11,7 +11,6 @@ the plan says so) the Triton kernels; compiled graphs take plain tensor code tha
 fuses; exported graphs (torch.export, the TorchScript ONNX exporter that mmdeploy drives) take
 operators that ONNX has and compute what eager code would look up in a cache.
 """
-import contextlib
 import enum
 from typing import NamedTuple, Optional
 
@@ -23,8 +22,6 @@ from .kernels.dispatch import triton_enabled
 # blocks through flex_attention; global blocks stay SDPA) or 'math'
 # (the explicit softmax formula, kept to check the fused kernels)
 ATTN_IMPLS = ('auto', 'sdpa', 'flex', 'math')
-# activation checkpointing: fairscale's checkpoint_wrapper or torch.utils.checkpoint
-CP_IMPLS = ('fairscale', 'torch')
 
 
 class ExecutionMode(enum.Enum):
@@ -78,12 +75,13 @@ class ExecutionPlan(NamedTuple):
     triton: bool
     #: What windowed blocks run, ``'flex'`` or ``'sdpa'``.
     window_kernel: str
-    #: Attention of a window or a global block, ``'sdpa'`` or ``'math'``.
-    attend: str
+    #: Attention of a window or a global block, ``'sdpa'`` or ``'math'`` (the kernel behind
+    #: :meth:`.Attention.attend`, or :func:`.attention.math_attention`).
+    attention: str
     #: Gradients are on.
     grad: bool
-    #: Activation checkpointing of the blocks this forward (``'torch'`` | ``'fairscale'``),
-    #: None without.
+    #: Activation checkpointing of the blocks this forward: ``'torch'`` (non-reentrant
+    #: ``torch.utils.checkpoint`` around each block, the one mechanism), None without.
     checkpoint: Optional[str]
     #: The blocks run as compiled graphs.
     compile_blocks: bool
@@ -99,6 +97,12 @@ class ExecutionPlan(NamedTuple):
         return self.mode is ExecutionMode.EXPORTING
 
     @property
+    def traced(self) -> bool:
+        """The backbone's own code runs inside a compiled or exported graph (blocks compiled on
+        their own under an eager backbone do not count): no caches, no one-time builds."""
+        return self.mode is not ExecutionMode.EAGER
+
+    @property
     def autograd_functions(self) -> bool:
         """Eager with gradients on: where the memory-saving autograd functions pay."""
         return self.eager and self.grad
@@ -110,33 +114,25 @@ class ExecutionPlan(NamedTuple):
         chooses."""
         return self.autograd_functions and self.checkpoint is None and kernel != 'flex'
 
-    def autocast_context(self):
-        """The autocast this plan was made under, to re-enter where it is lost (fairscale's
-        recompute enters CUDA fp16 autocast, whatever the forward ran)."""
-        if self.autocast is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device, dtype=self.autocast)
-
     def __str__(self) -> str:
         dtype = 'float32 (no autocast)' if self.autocast is None else \
             f'{str(self.autocast).replace("torch.", "")} autocast'
         return (f'{self.device}, {self.mode.value}, {dtype}, '
                 f'fused ops: {"Triton" if self.triton else "PyTorch"}, '
-                f'attention: {self.attend}, windows: {self.window_kernel}, '
+                f'attention: {self.attention}, windows: {self.window_kernel}, '
                 f'gradients: {"on" if self.grad else "off"}, '
                 f'checkpoint: {self.checkpoint or "off"}, '
                 f'compiled blocks: {"on" if self.compile_blocks else "off"}')
 
 
-def make_plan(x: torch.Tensor, attn_impl: str = 'auto', checkpoint: Optional[str] = None,
+def make_plan(x: torch.Tensor, attn_impl: str = 'auto', checkpoint: bool = False,
               compile_blocks: bool = False) -> ExecutionPlan:
     """The plan for a forward over ``x`` now: read the switches once.
 
     Args:
         x (Tensor): The input (its device decides the kernels).
         attn_impl (str): One of :data:`ATTN_IMPLS`.
-        checkpoint (str, optional): The checkpoint implementation in force for this forward
-            (:data:`CP_IMPLS`), None for none.
+        checkpoint (bool): Checkpoint the blocks' activations where gradients are on.
         compile_blocks (bool): Whether the blocks are compiled.
     """
     if attn_impl not in ATTN_IMPLS:
@@ -151,5 +147,5 @@ def make_plan(x: torch.Tensor, attn_impl: str = 'auto', checkpoint: Optional[str
     return ExecutionPlan(
         device=device, mode=mode, autocast=autocast_dtype(device),
         triton=triton_enabled(x) and mode is not ExecutionMode.EXPORTING,
-        window_kernel=kernel, attend='math' if attn_impl == 'math' else 'sdpa', grad=grad,
-        checkpoint=checkpoint if grad else None, compile_blocks=compile_blocks)
+        window_kernel=kernel, attention='math' if attn_impl == 'math' else 'sdpa', grad=grad,
+        checkpoint='torch' if checkpoint and grad else None, compile_blocks=compile_blocks)

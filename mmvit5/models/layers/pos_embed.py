@@ -23,14 +23,10 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_grid: Sequence[int],
         dst_grid (Sequence[int]): (rows, cols) wanted.
 
     Returns:
-        Tensor: (1, rows * cols, C); ``pos_embed`` itself when the grids are equal.
+        Tensor: (1, rows * cols, C); at equal grids the same values (bicubic at scale 1 is the
+        identity), which lets an exported graph resize without comparing its symbolic grid.
     """
-    src_grid, dst_grid = tuple(src_grid), tuple(dst_grid)
-    # comparing an exported graph's symbolic grid would pin it to the example input's; bicubic
-    # at scale 1 is the identity
-    if not torch.compiler.is_exporting() and src_grid == dst_grid:
-        return pos_embed
     dim = pos_embed.shape[-1]
     grid = pos_embed.float().reshape(1, src_grid[0], src_grid[1], dim).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=dst_grid, mode='bicubic', align_corners=False)
+    grid = F.interpolate(grid, size=tuple(dst_grid), mode='bicubic', align_corners=False)
     return grid.permute(0, 2, 3, 1).reshape(1, dst_grid[0] * dst_grid[1], dim).to(pos_embed.dtype)

@@ -22,10 +22,11 @@ except ImportError:  # CPU-only wheels and other platforms: the PyTorch path run
     triton = None
 
 HAS_TRITON = triton is not None
-
-
-def _interpreting() -> bool:
-    return os.environ.get('TRITON_INTERPRET', '0') not in ('', '0')
+if HAS_TRITON:
+    # whether the kernels were decorated under Triton's interpreter (the one place that asks)
+    from .triton_helpers import INTERPRET
+else:
+    INTERPRET = False
 
 
 def triton_enabled(t: torch.Tensor) -> bool:
@@ -44,7 +45,7 @@ def triton_enabled(t: torch.Tensor) -> bool:
         if not HAS_TRITON:
             raise RuntimeError('MMVIT5_TRITON=1 but triton does not import; install the '
                                'triton that matches torch, or unset MMVIT5_TRITON')
-        if t.device.type != 'cuda' and not _interpreting():
+        if t.device.type != 'cuda' and not INTERPRET:
             raise RuntimeError(f'MMVIT5_TRITON=1 with tensors on {t.device}: Triton runs them '
                                'only under its interpreter; set TRITON_INTERPRET=1 before '
                                'importing mmvit5, or unset MMVIT5_TRITON')

@@ -1,4 +1,4 @@
-"""Triton kernel of LayerScale's backward (:mod:`..layer_scale`): the gradients of the
+"""Triton kernel of LayerScale's backward (:mod:`.layer_scale`): the gradients of the
 weight, the bias and the scale in one launch.
 
 Why: after the product ``A = G^T x`` that any linear layer's backward makes, the folded
@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .qk_norm_rope_triton import _INTERPRET, _cast, _mul
+from .triton_helpers import INTERPRET, cast, mul
 
 
 @triton.jit
@@ -34,16 +34,16 @@ def _layer_scale_grads_kernel(outer_ptr, w_ptr, scale_ptr, summed_ptr, b_ptr, dw
         i = start + tl.arange(0, BLOCK_I)
         mask = o_ok[:, None] & (i < n_in)[None, :]
         # A in the weight's dtype, as the PyTorch path casts it before use
-        a = _cast(tl.load(outer_ptr + row + i[None, :], mask=mask, other=0.),
+        a = cast(tl.load(outer_ptr + row + i[None, :], mask=mask, other=0.),
                   dw_ptr.dtype.element_ty, INTERPRET)
         w = tl.load(w_ptr + row + i[None, :], mask=mask, other=0.)
         acc += tl.sum(a.to(tl.float32) * w.to(tl.float32), axis=1)
-        tl.store(dw_ptr + row + i[None, :], _mul(a, scale[:, None], INTERPRET), mask=mask)
+        tl.store(dw_ptr + row + i[None, :], mul(a, scale[:, None], INTERPRET), mask=mask)
     if HAS_BIAS:
-        summed = _cast(tl.load(summed_ptr + o, mask=o_ok, other=0.), db_ptr.dtype.element_ty,
+        summed = cast(tl.load(summed_ptr + o, mask=o_ok, other=0.), db_ptr.dtype.element_ty,
                        INTERPRET)
         bias = tl.load(b_ptr + o, mask=o_ok, other=0.)
-        tl.store(db_ptr + o, _mul(summed, scale, INTERPRET), mask=o_ok)
+        tl.store(db_ptr + o, mul(summed, scale, INTERPRET), mask=o_ok)
         acc += summed.to(tl.float32) * bias.to(tl.float32)
     tl.store(ds_ptr + o, acc.to(ds_ptr.dtype.element_ty), mask=o_ok)
 
@@ -73,5 +73,5 @@ def layer_scale_grads(outer: torch.Tensor, weight: torch.Tensor, scale: torch.Te
         outer, weight, scale, outer if summed is None else summed,
         weight if bias is None else bias, grad_w, grad_s, grad_b,
         n_out, n_in, HAS_BIAS=bias is not None, BLOCK_O=block_o,
-        BLOCK_I=min(256, triton.next_power_of_2(n_in)), INTERPRET=_INTERPRET, num_warps=8)
+        BLOCK_I=min(256, triton.next_power_of_2(n_in)), INTERPRET=INTERPRET, num_warps=8)
     return grad_w, grad_s, grad_b

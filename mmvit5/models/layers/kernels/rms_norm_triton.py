@@ -1,10 +1,10 @@
-"""Triton kernels of the token RMSNorm (:class:`..norm.RMSNorm`): one launch forward, one
+"""Triton kernels of the token RMSNorm (:mod:`.rms_norm`): one launch forward, one
 backward plus the reduction of the weight-gradient shares.
 
 Why: on the GPU a block's two RMSNorms are four of its launches at best (ATen's fused
 forward, its backward and a reduction), and where ATen has no fused kernel (older torch,
 mixed dtypes) a dozen elementwise ones. These kernels are the row code of QK-Norm
-(:mod:`.qk_norm_rope_triton`) without the rotation, over rows of ``C`` channels: the same
+(:mod:`.triton_helpers`) without the rotation, over rows of ``C`` channels: the same
 roundings as the PyTorch path, and one place to get them right.
 
 Imported only where ``triton`` imports.
@@ -17,7 +17,7 @@ import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
 from ..plan import compute_dtype
-from .qk_norm_rope_triton import _INTERPRET, _norm_rope_rows, _norm_rope_rows_backward
+from .triton_helpers import INTERPRET, norm_rope_rows, norm_rope_rows_backward, row_blocks
 
 # backward programs: each loops over its share of the rows and writes one weight-gradient
 # share, so the reduction afterwards reads (programs, C), not (rows / BLOCK_M, C)
@@ -40,7 +40,7 @@ def _rms_norm_fwd_kernel(x_ptr, w_ptr, out_ptr, rstd_ptr, rows, eps, D: tl.const
                          BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                          INTERPRET: tl.constexpr):
     m, cols, row_ok, mask, start = _rows(tl.program_id(0), rows, D, BLOCK_M, BLOCK_D)
-    _norm_rope_rows(x_ptr, w_ptr, x_ptr, out_ptr, rstd_ptr, start, start, m, m, cols, mask,
+    norm_rope_rows(x_ptr, w_ptr, x_ptr, out_ptr, rstd_ptr, start, start, m, m, cols, mask,
                     row_ok, eps, D, False, BLOCK_M, BLOCK_D, INTERPRET)
 
 
@@ -54,17 +54,11 @@ def _rms_norm_bwd_kernel(x_ptr, rstd_ptr, w_ptr, g_ptr, dx_ptr, dw_ptr, rows, bl
         m, cols, row_ok, mask, start = _rows(pid * blocks_per_program + i, rows, D, BLOCK_M,
                                              BLOCK_D)
         g_off = start[:, None] + cols[None, :]
-        dw += _norm_rope_rows_backward(x_ptr, rstd_ptr, w_ptr, x_ptr, g_ptr, dx_ptr, start, m,
+        dw += norm_rope_rows_backward(x_ptr, rstd_ptr, w_ptr, x_ptr, g_ptr, dx_ptr, start, m,
                                        g_off, m, cols, mask, row_ok, D, False, True, BLOCK_M,
                                        BLOCK_D, INTERPRET)
     cols = tl.arange(0, BLOCK_D)
     tl.store(dw_ptr + pid * D + cols, dw, mask=cols < D)
-
-
-def _blocks(dim: int) -> Tuple[int, int]:
-    """(BLOCK_M, BLOCK_D): a program holds about 4096 elements."""
-    block_d = triton.next_power_of_2(dim)
-    return max(1, 4096 // block_d), block_d
 
 
 @triton_op('mmvit5::rms_norm_fwd_triton', mutates_args=())
@@ -76,10 +70,10 @@ def rms_norm_fwd(x: torch.Tensor, weight: torch.Tensor, eps: float,
     rows = x.numel() // D
     out = x.new_empty(x.shape, dtype=out_dtype or torch.promote_types(x.dtype, weight.dtype))
     rstd = x.new_empty((*x.shape[:-1], 1), dtype=compute_dtype(x.dtype))
-    block_m, block_d = _blocks(D)
+    block_m, block_d = row_blocks(D)
     wrap_triton(_rms_norm_fwd_kernel)[(triton.cdiv(rows, block_m), )](
         x, weight, out, rstd, rows, eps, D=D, BLOCK_M=block_m, BLOCK_D=block_d,
-        INTERPRET=_INTERPRET)
+        INTERPRET=INTERPRET)
     return out, rstd
 
 
@@ -90,7 +84,7 @@ def rms_norm_bwd(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
     the contiguous output gradient ``grad`` (..., C)."""
     D = x.shape[-1]
     rows = x.numel() // D
-    block_m, block_d = _blocks(D)
+    block_m, block_d = row_blocks(D)
     blocks = triton.cdiv(rows, block_m)
     per_program = triton.cdiv(blocks, _MAX_BACKWARD_PROGRAMS)
     programs = triton.cdiv(blocks, per_program)
@@ -98,5 +92,5 @@ def rms_norm_bwd(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
     dw = rstd.new_empty((programs, D))
     wrap_triton(_rms_norm_bwd_kernel)[(programs, )](
         x, rstd, weight, grad, dx, dw, rows, per_program, D=D, BLOCK_M=block_m,
-        BLOCK_D=block_d, INTERPRET=_INTERPRET)
+        BLOCK_D=block_d, INTERPRET=INTERPRET)
     return dx, dw

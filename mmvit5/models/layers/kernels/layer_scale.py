@@ -1,15 +1,18 @@
-"""LayerScale folded into the linear layer that ends a residual branch."""
+"""LayerScale as a fused op: ``scale * linear(x)`` folded into the linear layer that ends a
+residual branch. Its PyTorch path (:func:`layer_scale_grads`), the autograd Function that keeps
+only ``x``, and the Triton kernel of its backward where the plan runs it
+(:mod:`.layer_scale_triton`)."""
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .kernels import HAS_TRITON, run_kernel
-from .plan import ExecutionPlan, make_plan
+from ..plan import ExecutionPlan
+from .dispatch import HAS_TRITON, run_kernel
 
 if HAS_TRITON:
-    from .kernels import layer_scale_triton
+    from . import layer_scale_triton
 
 
 def _scaled_forward(x: torch.Tensor, linear: nn.Linear, scale: torch.Tensor,
@@ -34,7 +37,7 @@ def _fold(x: torch.Tensor, linear: nn.Linear, plan: ExecutionPlan) -> bool:
 def layer_scale_grads(outer: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
                       summed: Optional[torch.Tensor], bias: Optional[torch.Tensor]
                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The PyTorch path of :func:`.kernels.layer_scale_triton.layer_scale_grads`, its
+    """The PyTorch path of :func:`.layer_scale_triton.layer_scale_grads`, its
     contract: d W, d scale (summed in float32) and d b (empty without ``bias``) from
     ``outer = G^T x`` and ``summed = sum_rows(G)``."""
     outer = outer.to(weight.dtype)
@@ -95,8 +98,8 @@ class _ScaledLinear(torch.autograd.Function):
                 None, None)
 
 
-def scaled_linear(x: torch.Tensor, linear: nn.Linear, scale: Optional[torch.Tensor] = None,
-                  plan: Optional[ExecutionPlan] = None) -> torch.Tensor:
+def scaled_linear(x: torch.Tensor, linear: nn.Linear, scale: Optional[torch.Tensor], *,
+                  plan: ExecutionPlan) -> torch.Tensor:
     """``scale * linear(x)``: LayerScale folded into the branch's output layer.
 
     Training (eager, gradients on) keeps only ``x`` for backward, as ``linear`` alone does
@@ -104,23 +107,21 @@ def scaled_linear(x: torch.Tensor, linear: nn.Linear, scale: Optional[torch.Tens
     (``F.linear(x, W * scale[:, None], b * scale)``) where the output is larger than the weight
     (at detection resolutions always; for ViT-B's ``fc2``, in 3072, at 512x512 and batch 1
     not), else scales the output: the elementwise pass runs over the smaller tensor. Where
-    the fused kernels run (:func:`.kernels.triton_enabled`, CUDA by default) the output is
+    the plan runs the Triton kernels (``plan.triton``, CUDA by default) the output is
     scaled, one launch, and backward makes the gradients of weight, bias and scale in one
-    Triton kernel (:mod:`.kernels.layer_scale_triton`); d scale is summed in float32 on both
-    paths.
+    Triton kernel (:mod:`.layer_scale_triton`); d scale is summed in float32 on both paths.
 
     Args:
         x (Tensor): (..., in_features).
         linear (nn.Linear): The branch's output layer (``attn.proj`` / ``mlp.fc2``).
-        scale (Tensor, optional): (out_features, ) LayerScale gamma; None is ``linear(x)``.
-        plan (ExecutionPlan, optional): How to run; :func:`.plan.make_plan` of ``x`` if None.
+        scale (Tensor | None): (out_features, ) LayerScale gamma; None is ``linear(x)``.
+        plan (ExecutionPlan): How to run (:mod:`..plan`).
 
     Returns:
         Tensor: (..., out_features).
     """
     if scale is None:
         return linear(x)
-    plan = make_plan(x) if plan is None else plan
     if plan.autograd_functions:
         return _ScaledLinear.apply(x, linear.weight, linear.bias, scale, linear, plan)
     return _scaled_forward(x, linear, scale, _fold(x, linear, plan))

@@ -26,20 +26,20 @@ the order of float32 sums and in ``rsqrt``'s last bit, which can flip a bfloat16
 the normalised value now and then (tests/test_kernels.py bounds it).
 
 Where the plan does not run Triton, or a Triton kernel fails (:func:`.dispatch.run_kernel`),
-the PyTorch path runs the same algorithm with the unfused functions (:mod:`..norm`,
-:mod:`..rope`); it is the model's one PyTorch implementation of QK-Norm + RoPE. Both are registered
-operators (``torch.library``), so compiled graphs keep each as one call: the Triton ones as
-``triton_op``, whose kernels Inductor sees and schedules itself.
+the PyTorch path runs the same algorithm with the unfused functions (:mod:`.rms_norm`,
+:mod:`..rope`); it is the model's one PyTorch implementation of QK-Norm + RoPE. Both are
+registered operators (``torch.library``), so compiled graphs keep each as one call: the Triton
+ones as ``triton_op``, whose kernels Inductor sees and schedules itself.
 """
 from typing import Optional, Tuple
 
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..norm import rms_norm, rms_norm_backward
 from ..plan import compute_dtype
 from ..rope import apply_rope
 from .dispatch import HAS_TRITON, run_kernel
+from .rms_norm import rms_norm, rms_norm_backward
 
 if HAS_TRITON:
     from . import qk_norm_rope_triton
@@ -164,7 +164,7 @@ def _check(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
 
 def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
                  rope: Optional[torch.Tensor], eps: float,
-                 out_dtype: Optional[torch.dtype] = None, use_triton: bool = False
+                 out_dtype: Optional[torch.dtype] = None, *, use_triton: bool
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """QK-Norm (RMSNorm over head_dim) and RoPE of the packed ``qkv``, in attention's layout.
 
