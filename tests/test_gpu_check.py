@@ -53,7 +53,7 @@ def test_one_call_fits_a_lent_gpu_in_order_of_value(tmp_path):
     assert (count, total) == (len(SECTIONS), sum(cap for _, cap, _ in plan))
     assert total <= 480, f'caps sum to {total} s: a cold machine has 600 s for the command'
     caps = {name: cap for name, cap, _ in plan}
-    assert caps['targets_compiled'] >= 1.2 * COMPILED_PAIR_H200_S
+    assert caps['targets_compiled'] >= 1.15 * COMPILED_PAIR_H200_S
     assert 'skipped' not in text
 
 
@@ -61,7 +61,7 @@ def test_sections_past_the_budget_are_named_and_sections_picks_a_second_call(tmp
     plan, text = dry_run(tmp_path, BUDGET='300', SECTIONS='targets_compiled loop')
     names = [name for name, _, _ in plan]
     assert names == ['setup', 'smoke_triton', 'smoke_pytorch', 'targets_compiled'], names
-    assert '[gpu_check] skipped: loop 65s, past the budget' in text
+    assert '[gpu_check] skipped: loop 60s, past the budget' in text
     assert LAST_LINE.match(text.splitlines()[-1])[1] == '4'
 
 
@@ -106,7 +106,7 @@ def test_the_rehearsal_runs_the_same_sections_at_tiny_shapes_on_the_cpu(tmp_path
 
 def test_loop_trains_without_saving_a_checkpoint(tmp_path):
     """The training of the loop section, read as tools/train.py reads it: neither an interval
-    save nor the final one (1.3 GB for ViT5-B) within the run."""
+    save nor the final one (1.3 GB for ViT5-B), nor a validation, within the run."""
     from mmengine.registry import HOOKS
     from train import add_train_args
 
@@ -121,7 +121,8 @@ def test_loop_trains_without_saving_a_checkpoint(tmp_path):
                       check_data=False)
     hook = HOOKS.build(cfg.default_hooks.checkpoint)
     assert hook.save_last is False and hook.interval > cfg.train_cfg.max_iters
-    assert cfg.train_cfg.val_interval > cfg.train_cfg.max_iters
+    # no validation either: mmengine validates after the last iteration from val_begin on
+    assert cfg.train_cfg.val_begin > cfg.train_cfg.max_iters
 
 
 def test_gpu_check_refuses_the_old_calls():

@@ -65,17 +65,18 @@ if [[ -z ${MMVIT5_COMMIT:-} ]] && git -C "$here" rev-parse --short HEAD >/dev/nu
 fi
 [[ -n ${MMVIT5_COMMIT:-} ]] && export MMVIT5_COMMIT
 
-# section and cap in seconds, in order of value. On the H200 (results/gpu_h200): setup and
-# smoke ~30 s, pytest -m cuda 31 s, the eager targets 27 s, the compiled pair 109 s, the
-# detector 27 s, a training of 8 iterations 38 s
+# section and cap in seconds, in order of value. On the H200 (results/gpu_h200): pytest -m
+# cuda 31 s (before its compile test), the eager targets 27 s (before flex windows), the
+# compiled pair 109 s, the detector 27 s, a training of 8 iterations 38 s. A section stopped
+# by its cap can be rerun alone with more: SECTIONS=targets_compiled CAP_SCALE=2
 PLAN='setup 35
-smoke_triton 55
+smoke_triton 50
 smoke_pytorch 30
 pytest_cuda 65
-targets 55
-targets_compiled 135
+targets 70
+targets_compiled 130
 detector 40
-loop 65'
+loop 60'
 
 # the command of section $1, into the array CMD; tiny shapes on the CPU in a rehearsal
 command_of() {
@@ -83,14 +84,14 @@ command_of() {
                --rows-log "$ROWS" --rows-tag "$1" --plot "$WORK/$1.png")
   local json=(--json "$OUT_DIR/$1.json") size=1024 rounds=10 cpu=()
   if [[ $rehearsal == 1 ]]; then
-    size=64 rounds=2 cpu=(--device cpu --matmul-size 256)
+    size=64 rounds=1 cpu=(--device cpu --matmul-size 256)
   fi
   case $1 in
     setup) CMD=(setup_env) ;;
     smoke_triton | smoke_pytorch)
       CMD=("$PY" tools/gpu_smoke.py --triton "$([[ $1 == smoke_triton ]] && echo 1 || echo 0)"
            --rows-log "$ROWS" --rows-tag "$1")
-      if [[ $rehearsal == 1 ]]; then CMD+=(--device cpu --tiny --steps 1); fi ;;
+      if [[ $rehearsal == 1 ]]; then CMD+=(--device cpu --tiny --steps 0); fi ;;
     pytest_cuda)
       # one compile test: the windowed one (it traces flex_attention and the Triton ops)
       CMD=("$PY" -m pytest -v --durations=0 -p no:cacheprovider -m cuda tests/test_cuda.py
@@ -165,6 +166,7 @@ loop_section() {
   fi
   local opts=(model.backbone.init_cfg=None train_dataloader.num_workers=2
               train_cfg.max_iters="$ITERS" train_cfg.val_interval=$((ITERS + 1))
+              train_cfg.val_begin=$((ITERS + 1))
               default_hooks.logger.interval=1 default_hooks.checkpoint.interval=$((ITERS + 1))
               default_hooks.checkpoint.save_last=False train_dataloader.batch_size="$batch"
               train_dataloader.dataset.data_root="$data" val_dataloader.dataset.data_root="$data"
@@ -178,19 +180,19 @@ loop_section() {
   local train=("$PY" tools/train.py "$config" "${amp[@]}" --work-dir "$WORK/loop" --cfg-options
                "${opts[@]}")
   local loop=("$PY" tools/benchmark.py --sizes none --peers none --dtype bfloat16 --batch "$batch"
-              --target-rounds 4 --full-size "$size" --train-log "$WORK/loop.txt:$config:vit5-b"
+              --target-rounds 4 --full-size "$size" --train-log "$WORK/train.log:$config:vit5-b"
               --rows-log "$ROWS" --rows-tag loop --json "$OUT_DIR/loop.json")
   if [[ $GPU_CHECK_REHEARSAL == 1 ]]; then
     loop+=(--device cpu --dtype float32 --target-rounds 1)
   fi
   if [[ $DRY_RUN == 1 ]]; then
-    printf ' %q' "${train[@]}"; printf ' >%q; ' "$WORK/loop.txt"; printf ' %q' "${loop[@]}"; echo
+    printf ' %q' "${train[@]}"; printf ' >%q; ' "$WORK/train.log"; printf ' %q' "${loop[@]}"; echo
     return 0
   fi
   set -eo pipefail
   [[ -f ${data}annotations/instances_val2017.json ]] \
     || "$PY" tools/make_toy_data.py "$WORK/data" --train 8 --val 2 --size "$size" > /dev/null
-  "${train[@]}" 2>&1 | tee "$WORK/loop.txt" | grep -E 'execution plan|Iter\(train\)'
+  "${train[@]}" 2>&1 | tee "$WORK/train.log" | grep -E 'execution plan|Iter\(train\)'
   "${loop[@]}"
 }
 
@@ -257,7 +259,7 @@ print_plan() {
   local chosen=$1 name cap total=0 count=0
   say "budget ${budget}s$([[ -n ${SECTIONS:-} ]] && echo ", SECTIONS='$SECTIONS'"); a lent GPU" \
       "runs one command for at most 600 s$([[ $rehearsal == 1 ]] \
-      && echo "; a REHEARSAL on the CPU at tiny shapes, each cap x$scale at run time")"
+      && echo '; a REHEARSAL on the CPU at tiny shapes')"
   while read -r name cap; do
     if ((total + cap > budget)); then
       say "skipped: $name ${cap}s, past the budget"
@@ -271,6 +273,7 @@ print_plan() {
     fi
     [[ $name == smoke_pytorch ]] && say "  (smoke_pytorch runs only if smoke_triton fails)"
   done <<< "$chosen"
+  ((scale == 1)) || say "each cap x$scale at run time: at most $((total * scale)) s in all"
   echo "plan: $count sections, caps sum $total s"
   [[ $dry == 1 ]] || echo "plan: $count sections, caps sum $total s" >> "$OUT_DIR/summary.txt"
 }
