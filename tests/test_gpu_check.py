@@ -4,7 +4,7 @@ what makes a run fail instead of reporting the wrong path.
 A lent GPU runs one command for at most 10 minutes in a window of 15, machine start included,
 so the call must fit one command with room for a rerun, and every row must say which path it
 measured. The whole call is rehearsed on the CPU by CI (``REHEARSE=1 bash
-tools/gpu_check.sh``, .ci/run), not here: it takes ~10 minutes.
+tools/gpu_check.sh``, .ci/run), not here: it takes 10 to 17 minutes.
 """
 import argparse
 import ast

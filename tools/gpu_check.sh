@@ -34,8 +34,8 @@
 # Python and installed offline by setup itself, every section at tiny shapes (the smoke's
 # Triton kernels through Triton's interpreter; each CUDA-only measurement replaced by its CPU
 # counterpart, named so in its row), then the kernels compiled by the oldest Triton the install
-# allows (TRITON_OLDEST). It exits non-zero if any of it fails. ~10 min on 2 cores, with
-# torch's wheels on disk.
+# allows (TRITON_OLDEST). It exits non-zero if any of it fails. 10-17 min on 2 cores, with
+# torch's wheels on disk; the venv is removed afterwards unless REHEARSE_KEEP=1.
 #
 # Files: OUT (default results/gpu_check; a lent machine's $OUT comes back, at most 8 files)
 # gets, as they are written: rows.jsonl (every smoke case, row and target, the moment it is
@@ -351,23 +351,29 @@ rehearse() {
 try: print('==' + m.version(sys.argv[1]).split('+')[0])
 except m.PackageNotFoundError: print('')" "$name")")
   done
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]}" || return 1
+  # (pip names each local index folder a package is missing from: left out)
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]}" 2>&1 \
+    | grep -v 'is neither a file nor a directory'
+  ((PIPESTATUS[0] == 0)) || return 1
   echo "[rehearse] the bundle for $("$venv/bin/python" -V)"
   bash tools/make_wheels.sh "$dir/whl" "$("$venv/bin/python" -c \
-    'import sys; print("%d.%d" % sys.version_info[:2])')" || return 1
+    'import sys; print("%d.%d" % sys.version_info[:2])')" 2>&1 \
+    | grep -v 'is neither a file nor a directory'
+  ((PIPESTATUS[0] == 0)) || return 1
   env -u PYTHONPATH -u MMVIT5_TRITON -u TRITON_INTERPRET PYTHON="$venv/bin/python" \
     GPU_CHECK_REHEARSAL=1 OUT="$OUT_DIR" WORK="$dir/work" WHEELS="$dir/whl" ITERS=2 \
     bash tools/gpu_check.sh || rc=1
   echo "[rehearse] the kernels compiled by Triton $TRITON_OLDEST (torch 2.6's, the oldest the" \
        "install allows) for sm_90"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target \
-    "$dir/triton-oldest" "triton==$TRITON_OLDEST" \
+    "$dir/triton-oldest" "triton==$TRITON_OLDEST" 2> "$dir/triton-oldest.txt" \
     && env PYTHONPATH="$dir/triton-oldest" "$venv/bin/python" tools/compile_kernels.py \
       --archs 90 --widths 768 --modes 'bf16 autocast' > "$dir/triton-oldest.txt" 2>&1 \
     || { tail -n 5 "$dir/triton-oldest.txt"; echo "[rehearse] FAILED on Triton $TRITON_OLDEST"
          rc=1; }
   echo "[rehearse] $([[ $rc == 0 ]] && echo passed || echo FAILED) in ${SECONDS}s; the call's" \
        "files in $OUT_DIR"
+  [[ ${REHEARSE_KEEP:-0} == 1 ]] || rm -rf "$venv"  # 6 GB of torch and CUDA libraries
   return $rc
 }
 
