@@ -26,7 +26,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from mmvit5.models.layers import ExecutionPlan, make_plan
-from mmvit5.models.layers.kernels import triton_enabled
 
 from .core import Setup, progress, synchronize
 from .report import fmt
@@ -267,6 +266,7 @@ class Launches(NamedTuple):
     kernels: int  # device kernels launched (CUDA only)
     kernel_ms: float  # summed kernel time (CUDA only)
     dispatched: Optional[int] = None  # :class:`DispatchCount` (not in older records)
+    plan: Optional[str] = None  # the ViT5's execution plan, None for timm's block
 
 
 class DispatchCount(TorchDispatchMode):
@@ -285,9 +285,11 @@ class DispatchCount(TorchDispatchMode):
         return out
 
 
-def launches(model: str, step: Callable[[], torch.Tensor], setup: Setup) -> Launches:
+def launches(model: str, step: Callable[[], torch.Tensor], setup: Setup,
+             plan=None) -> Launches:
     """How many ops and kernels one forward + backward of ``step`` costs: at batch 1 on a
-    GPU, a block of small elementwise kernels is bound by launching them, not by running."""
+    GPU, a block of small elementwise kernels is bound by launching them, not by running.
+    ``plan``: the execution plan of the model the step runs (None for no ViT5)."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -301,17 +303,18 @@ def launches(model: str, step: Callable[[], torch.Tensor], setup: Setup) -> Laun
     # outermost aten ops: dispatched by Python or by the autograd engine, not by another op
     ops = sum(1 for e in events if e.name.startswith('aten::') and (
         e.cpu_parent is None or not e.cpu_parent.name.startswith('aten::')))
-    if setup.device.type != 'cuda' and triton_enabled(torch.empty(0)):
+    if setup.device.type != 'cuda' and plan is not None and plan.triton:
         ops = None
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
     with DispatchCount() as counted:
         _fwd_bwd(step, setup)
     return Launches(model, ops, len(kernels), sum(e.device_time for e in kernels) / 1e3,
-                    sum(counted.ops.values()))
+                    sum(counted.ops.values()), None if plan is None else str(plan))
 
 
 def build_blocks(size: int, setup: Setup):
-    """ViT5-B's first block (with the model's RoPE table) and timm's ViT-B block."""
+    """ViT5-B's first block (with the model's RoPE table), timm's ViT-B block, the token
+    grid and the ViT5's execution plan of a training step in the run's dtype."""
     from timm.models.vision_transformer import Block as TimmBlock
 
     from .peers import build_vit5
@@ -320,17 +323,19 @@ def build_blocks(size: int, setup: Setup):
     grid = (size // 16, size // 16)
     rope = vit5.rope_table(grid, torch.float32, setup.device)
     timm_block = TimmBlock(768, 12, qkv_bias=True).to(setup.device).train()
-    return vit5.blocks[0], timm_block, rope, grid
+    with torch.autocast(setup.device.type, dtype=setup.dtype,
+                        enabled=setup.dtype != torch.float32):
+        plan = vit5.plan(rope)
+    return vit5.blocks[0], timm_block, rope, grid, plan
 
 
 def block_launches(size: int, setup: Setup, blocks: Optional[tuple] = None) -> List[Launches]:
     """Launches of ViT5-B's block and timm's ViT-B block (``blocks``, else built as
     :func:`build_blocks`), forward + backward at ``size``."""
-    block, timm_block, rope, grid = blocks or build_blocks(size, setup)
+    block, timm_block, rope, grid, plan = blocks or build_blocks(size, setup)
     x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
     x = _leaf(setup.batch, 1 + grid[0] * grid[1], 768, setup=setup)
-    plan = setup_plan(setup)
-    return [launches('vit5-b', lambda: block(x5, rope, plan=plan), setup),
+    return [launches('vit5-b', lambda: block(x5, rope, plan=plan), setup, plan),
             launches('timm-vit-b', lambda: timm_block(x), setup)]
 
 
@@ -338,7 +343,7 @@ def breakdown(size: int, setup: Setup, rounds: int
               ) -> Tuple[List[Saved], List[PartTime], List[Launches]]:
     """Saved activations, part times and launches of one block at ``size`` x ``size``."""
     blocks = build_blocks(size, setup)
-    block, timm_block, rope, grid = blocks
+    block, timm_block, rope, grid, _ = blocks
     T = 1 + grid[0] * grid[1]
     x5 = _leaf(setup.batch, rope.shape[0], 768, setup=setup)
     x = _leaf(setup.batch, T, 768, setup=setup)

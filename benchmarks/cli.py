@@ -14,13 +14,12 @@ from .full_model import full_model_rows
 from .peers import PEERS, VIT5_ARCHS, build_vit5, select_peers, unavailable_reason
 from .report import (add_ratios, components_tables, markdown_table, save_components_plot,
                      save_plot)
-from .results import git_commit, write_results
-from .rowlog import RowLog
+from .results import write_results
+from .rowlog import RowLog, run_meta
 from .rows import bench_backbone, checkpointed_row, compiled_row
 from .targets import detector_targets, row_targets, targets_table, timed_targets
 from .timing import matmul_gflop_s
 from .train_loop import train_loop_report, train_loop_table
-from mmvit5.models.layers.kernels import triton_enabled
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -130,18 +129,16 @@ def run_breakdown(args: argparse.Namespace, setup: Setup, device: str, log: RowL
 
 def run_launches(args: argparse.Namespace, setup: Setup, device: str, log: RowLog) -> int:
     """--launches: one block's ops and kernels, forward + backward, against timm's."""
-    fused = triton_enabled(torch.empty(0, device=setup.device))
     print(f"## Launches of one ViT5-B block against timm's ViT-B block, forward + backward: "
-          f"{device}, {args.dtype}, batch {args.batch}, fused kernels "
-          f"{'on' if fused else 'off'}, torch {torch.__version__}\n")
+          f"{device}, {args.dtype}, batch {args.batch}, torch {torch.__version__}\n")
     raw = {}
     for size in sizes(args.launches):
         counted = block_launches(size, setup)
         log.extend(counted)
-        print(f'### {size}x{size}\n\n{launches_table(counted)}\n')
+        print(f'### {size}x{size}\n\nViT5 plan: {counted[0].plan}\n\n'
+              f'{launches_table(counted)}\n')
         raw[size] = [c._asdict() for c in counted]
-    save_json(args, dict(device=device, dtype=args.dtype, batch=args.batch,
-                         fused_kernels=fused), launches=raw)
+    save_json(args, dict(device=device, dtype=args.dtype, batch=args.batch), launches=raw)
     return 0
 
 
@@ -172,8 +169,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     device = (torch.cuda.get_device_name(setup.device) if setup.device.type == 'cuda'
               else f'CPU, {args.threads} threads')
     log = RowLog(args.rows_log, args.rows_tag, echo=bool(args.rows_log),
-                 meta=dict(device=device, dtype=args.dtype, batch=args.batch,
-                           torch=torch.__version__, commit=git_commit(REPO)))
+                 meta=run_meta(device, REPO, dtype=args.dtype, batch=args.batch))
     if args.components:
         return run_components(args, setup, device, log)
     if args.breakdown:
@@ -191,7 +187,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
     print(markdown_table(rows, setup))
     targets = [t for size in sizes(args.targets)
                for t in timed_targets(size, args.target_rounds, setup, args.target_compile,
-                                      log=log)]
+                                      log=log, cpu_counterparts=args.cpu_counterparts,
+                                      compile_backend=args.compile_backend)]
     for size in sizes(args.detector_targets):
         measured = detector_targets(size, args.target_rounds, setup, REPO)
         log.extend(measured)
@@ -209,6 +206,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
                          target_rounds=args.target_rounds),
               rows=[asdict(r) for r in rows],
               targets=[dict(asdict(t), met=t.met) for t in targets])
-    # peers may be skipped, but a run whose own backbone failed is a failed run
-    return int(any(r.status == 'failed' and r.model in VIT5_ARCHS for r in rows))
+    # peers may be skipped, but a run whose own backbone failed, or that left a target it
+    # was asked for unmeasured, is a failed run
+    return int(any(r.status == 'failed' and r.model in VIT5_ARCHS for r in rows) or
+               any(t.ratio is None for t in targets))
 

@@ -25,6 +25,7 @@ class Row:
     vs_timm_vit_b: Optional[float] = None
     note: str = ''
     latencies_ms: List[float] = field(default_factory=list)
+    plan: Optional[str] = None  # the ViT5's execution plan (benchmarks.core.plan_of)
 
 
 @dataclass
@@ -53,6 +54,27 @@ def outputs_of(result) -> List[torch.Tensor]:
     if isinstance(result, dict):
         result = list(result.values())
     return [t for item in result for t in outputs_of(item)]
+
+
+def vit5_of(model: nn.Module) -> Optional[nn.Module]:
+    """The ViT5 inside ``model`` (itself, a detector's backbone, a wrapped one), or None."""
+    from mmvit5.models import ViT5
+    return next((m for m in model.modules() if isinstance(m, ViT5)), None)
+
+
+def plan_of(model: nn.Module, x: torch.Tensor, autocast: Optional[torch.dtype], grad: bool,
+            compiled: bool = False) -> Optional[str]:
+    """The execution plan the ViT5 in ``model`` makes for ``x`` under ``autocast`` (a dtype, or
+    None for none) with gradients on or off, as its string; None for a model without ViT5.
+    ``compiled``: the plan it makes inside ``torch.compile`` (the same switches read there)."""
+    from mmvit5.models.layers.plan import ExecutionMode
+    vit5 = vit5_of(model)
+    if vit5 is None:
+        return None
+    with torch.autocast(x.device.type, dtype=autocast or torch.bfloat16,
+                        enabled=autocast is not None), torch.set_grad_enabled(grad):
+        plan = vit5.plan(x)
+    return str(plan._replace(mode=ExecutionMode.COMPILING) if compiled else plan)
 
 
 def synchronize(device: torch.device) -> None:

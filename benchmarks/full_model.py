@@ -54,6 +54,9 @@ def build_full_model(path: str, size: int, batch: int, device: torch.device,
     """The config's model (random init, input size S) and preprocessed fake batches;
     ``backbone`` replaces the config's backbone, or, without a ``type``, updates its
     arguments."""
+    # first: mmvit5 resolves the configs' mmdet::/mmseg:: bases without pkg_resources, which
+    # a Python without setuptools lacks (mmvit5.compat)
+    importlib.import_module('mmvit5')
     cfg = Config.fromfile(path)
     if backbone is not None:
         cfg.model.backbone = backbone if 'type' in backbone else {**cfg.model.backbone,
@@ -72,7 +75,6 @@ def build_full_model(path: str, size: int, batch: int, device: torch.device,
         for augment in cfg.model.data_preprocessor.get('batch_augments') or []:
             augment.size = (size, size)
     register_all_modules(init_default_scope=False)
-    importlib.import_module('mmvit5')
     model = MODELS.build(cfg.model).to(device)
     packed = fake_batch(cfg, size, batch)
     batches = {'train': model.data_preprocessor(packed, True),

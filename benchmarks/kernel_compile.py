@@ -94,7 +94,8 @@ def compile_only(arch: int, found: List) -> Iterator[None]:
     # the dispatcher sends CPU tensors to the Triton kernels only when it believes they are
     # interpreted; they are compiled instead, never run
     saved = {key: os.environ.get(key) for key in ('MMVIT5_TRITON', )}
-    active = driver._active  # reset_active() would look for a GPU
+    # restored as found: reset_active() would look for a GPU (the attributes differ by version)
+    state = dict(vars(driver))
     driver.set_active(_cuda_driver()(arch))
     JITFunction.run = compile_instead
     os.environ.update(MMVIT5_TRITON='1')
@@ -104,7 +105,8 @@ def compile_only(arch: int, found: List) -> Iterator[None]:
     finally:
         dispatch.INTERPRET = False
         JITFunction.run = launch
-        driver._active = active
+        vars(driver).clear()
+        vars(driver).update(state)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -114,11 +116,14 @@ def compile_only(arch: int, found: List) -> Iterator[None]:
 
 def ptxas_report(ptx: str, arch: int) -> dict:
     """registers, spill and stack bytes of the one kernel in ``ptx`` (``ptxas -v``)."""
-    from triton.backends.nvidia.compiler import get_ptxas
-    try:
-        ptxas = get_ptxas(arch).path
-    except TypeError:  # Triton < 3.6: one ptxas for every architecture
-        ptxas = get_ptxas().path
+    from triton.backends.nvidia import compiler
+    if not hasattr(compiler, 'get_ptxas'):  # Triton 3.2 and 3.3
+        ptxas = compiler._path_to_binary('ptxas')[0]
+    else:
+        try:
+            ptxas = compiler.get_ptxas(arch).path
+        except TypeError:  # Triton < 3.6: one ptxas for every architecture
+            ptxas = compiler.get_ptxas().path
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, 'kernel.ptx')
         with open(path, 'w') as f:
@@ -143,6 +148,7 @@ def compile_block_kernels(archs: Sequence[int], widths: Sequence[int] = (384, 76
         list[Compiled]: One entry per distinct compiled kernel.
     """
     from mmvit5.models import ViT5
+    from mmvit5.models.layers.kernels import triton_failure
     done, seen = [], set()
     for arch in archs:
         for width in widths:
@@ -158,6 +164,9 @@ def compile_block_kernels(archs: Sequence[int], widths: Sequence[int] = (384, 76
                                         enabled=autocast is not None):
                         out = model(x)[0]
                     out.float().sum().backward()
+                if triton_failure():  # the PyTorch path answered: nothing was compiled
+                    raise RuntimeError(f'sm_{arch}, width {width}, {mode}: the Triton kernel '
+                                       f'{triton_failure()}')
                 for kernel in found:
                     if (arch, width, mode, kernel.hash) in seen:
                         continue

@@ -58,3 +58,19 @@ def peak_memory_mib(step: Callable[[], None], model: nn.Module, live: Sequence[t
         return torch.cuda.max_memory_allocated(setup.device) / 2**20
     resident = tensor_bytes([*model.parameters(), *model.buffers(), *live])
     return (resident + cpu_step_peak_bytes(step)) / 2**20
+
+
+def step_peak_mib(step: Callable[[], None], model: nn.Module, setup: Setup) -> float:
+    """What one ``step`` adds at its peak to the memory allocated before it (the weights, the
+    input): after one untimed step, CUDA's allocator peak minus what it held at the start, or
+    on the CPU the profiler's peak of the tensors the step allocates."""
+    step()  # lazy state (caches, workspaces) is made here, not counted
+    model.zero_grad(set_to_none=True)
+    if setup.device.type == 'cuda':
+        synchronize(setup.device)
+        before = torch.cuda.memory_allocated(setup.device)
+        torch.cuda.reset_peak_memory_stats(setup.device)
+        step()
+        synchronize(setup.device)
+        return (torch.cuda.max_memory_allocated(setup.device) - before) / 2**20
+    return cpu_step_peak_bytes(step) / 2**20

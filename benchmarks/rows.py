@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from .core import (Row, Setup, describe, forward_step, free_memory, make_input, outputs_of,
-                   prepare, progress, train_step)
+                   plan_of, prepare, progress, train_step)
 from .flops import count_flops, with_flops
 from .peers import build_vit5
 from .timing import measure
@@ -28,8 +28,9 @@ def bench_backbone(name: str, build: Callable[[], nn.Module], size: int, setup: 
         flops, note = count_flops(model, x[:1]), ''
     except Exception as exc:  # noqa: BLE001 - an untraceable model can still be timed
         flops, note = None, f'FLOPs not counted: {describe(exc)}'
-    rows = [with_flops(measure(Row(name, label, mode, setup.batch, note=note), make(model, x),
-                               model, [x], setup), flops, setup)
+    rows = [with_flops(measure(Row(name, label, mode, setup.batch, note=note,
+                                   plan=plan_of(model, x, None, mode == 'train')),
+                               make(model, x), model, [x], setup), flops, setup)
             for mode, make in (('forward', forward_step), ('train', train_step))]
     model.zero_grad(set_to_none=True)
     return rows, model, x
@@ -38,7 +39,8 @@ def bench_backbone(name: str, build: Callable[[], nn.Module], size: int, setup: 
 def compiled_row(name: str, model: nn.Module, x: torch.Tensor, eager: Row,
                  flops: Optional[float], setup: Setup) -> Row:
     """torch.compile'd forward; the note holds its speedup and output difference vs eager."""
-    row = Row(name, eager.input, 'forward (compiled)', setup.batch)
+    row = Row(name, eager.input, 'forward (compiled)', setup.batch,
+              plan=plan_of(model, x, None, False, compiled=True))
     model.eval()
     progress(f'{name} {eager.input} compiling')
     try:
@@ -62,7 +64,8 @@ def checkpointed_row(name: str, size: int, x: torch.Tensor, plain: Row,
     """train step with activation checkpointing; the note compares peak memory to ``plain``."""
     torch.manual_seed(0)
     model = prepare(build_vit5(name, size, with_cp=True), setup)
-    row = with_flops(measure(Row(name, plain.input, 'train (with_cp)', setup.batch),
+    row = with_flops(measure(Row(name, plain.input, 'train (with_cp)', setup.batch,
+                                 plan=plan_of(model, x, None, True)),
                              train_step(model, x), model, [x], setup), flops, setup)
     if row.status == 'ok' and plain.status == 'ok':
         row.note = (f'checkpointing: peak {row.peak_mib / plain.peak_mib:.2f}x, '

@@ -15,11 +15,15 @@ Each dtype runs forward + backward under autocast with float32 weights (as mmeng
 
 * every output and every parameter gradient is finite and no parameter is left without one;
 * the outputs and the gradients are within :data:`TOLERANCE` (relative L2) of the same weights'
-  float32 step on the CPU, which takes no Triton kernel and no flex_attention: a kernel that
-  runs but computes something else fails here, not only a crash.
+  float32 step on the CPU, which takes no Triton kernel (``MMVIT5_TRITON=0`` while it runs,
+  whatever the smoke's own setting) and no flex_attention: a kernel that runs but computes
+  something else fails here, not only a crash;
+* the step ran the path asked for (:func:`path_problems`): with ``MMVIT5_TRITON=1`` the
+  model's plan says Triton and no kernel fell back to the PyTorch path; with ``0``, PyTorch.
 
 Each case is a :class:`SmokeCase` record, handed to ``log`` the moment it is measured.
 """
+import contextlib
 import copy
 import os
 import statistics
@@ -32,7 +36,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .core import describe, outputs_of, synchronize
+from mmvit5.models.layers.kernels import triton_failure
+
+from .core import describe, outputs_of, plan_of, synchronize
 
 # the recipes' ViT5-B at LSJ 1024; tiny: the same head size and window padding at CPU-test size
 SHAPES = {
@@ -61,7 +67,9 @@ class SmokeCase:
     grad_rel_err: Optional[float] = None
     worst_grad: str = ''  # the parameter with the largest gradient error
     peak_mib: Optional[float] = None
-    plan: str = ''  # how the forward ran, where the model can say (ViT5.plan)
+    plan: str = ''  # how the step ran (ViT5.plan)
+    ref_plan: str = ''  # how the float32 CPU reference ran
+    triton_failure: Optional[str] = None  # a Triton kernel that fell back, in this process
     warnings: str = ''
     note: str = ''
 
@@ -115,15 +123,34 @@ def _grads(model: nn.Module) -> Dict[str, Optional[torch.Tensor]]:
             for name, p in model.named_parameters() if p.requires_grad}
 
 
-def _plan(model: nn.Module, x: torch.Tensor) -> str:
-    """The model's own account of its execution path, where it offers one."""
-    plan = getattr(model, 'plan', None)
-    if not callable(plan):
-        return ''
+@contextlib.contextmanager
+def pytorch_path():
+    """``MMVIT5_TRITON=0`` within: the reference takes no Triton kernel, also where the smoke
+    forces them (on CUDA, CPU tensors would be refused the kernels, not interpreted)."""
+    saved = os.environ.get('MMVIT5_TRITON')
+    os.environ['MMVIT5_TRITON'] = '0'
     try:
-        return str(plan(x))
-    except Exception as exc:  # noqa: BLE001 - a diagnostic must not fail the smoke
-        return f'plan() failed: {describe(exc)}'
+        yield
+    finally:
+        if saved is None:
+            del os.environ['MMVIT5_TRITON']
+        else:
+            os.environ['MMVIT5_TRITON'] = saved
+
+
+def path_problems(case: SmokeCase) -> List[str]:
+    """Where ``case`` ran another path than the one asked for: the reference not on the
+    PyTorch path, the step not on Triton with ``MMVIT5_TRITON=1`` (or a kernel fell back), or
+    not on PyTorch with ``0``."""
+    problems = []
+    if 'fused ops: PyTorch' not in case.ref_plan:
+        problems.append(f'the float32 reference ran {case.ref_plan!r}, not the PyTorch path')
+    want = {'1': 'Triton', '0': 'PyTorch'}.get(case.triton)
+    if want and f'fused ops: {want}' not in case.plan:
+        problems.append(f'MMVIT5_TRITON={case.triton} ran {case.plan!r}, not {want}')
+    if case.triton == '1' and case.triton_failure:
+        problems.append(f'a Triton kernel fell back to PyTorch: {case.triton_failure}')
+    return problems
 
 
 def check(case: SmokeCase, outputs: List[torch.Tensor], ref_outputs: List[torch.Tensor],
@@ -160,7 +187,9 @@ def run_smoke(device: str = 'cuda', dtypes: Sequence[str] = ('bfloat16', 'float1
               log: Optional[Callable[[SmokeCase], None]] = None) -> List[SmokeCase]:
     """One :class:`SmokeCase` per dtype (module docstring); ``log`` gets each as it is done."""
     model, x = build_smoke_model(shape)
-    ref_outputs = _step(model, x, None, None)
+    with pytorch_path():
+        ref_outputs = _step(model, x, None, None)
+        ref_plan = plan_of(model, x, None, True)
     ref_grads = _grads(model)
     weights = _loss_weights(ref_outputs)
     triton = os.environ.get('MMVIT5_TRITON', '')
@@ -191,10 +220,15 @@ def run_smoke(device: str = 'cuda', dtypes: Sequence[str] = ('bfloat16', 'float1
                 case.step_ms = statistics.median(times) if times else None
                 if dev.type == 'cuda':
                     case.peak_mib = torch.cuda.max_memory_allocated(dev) / 2**20
-                case.plan = _plan(model, x)
+                case.plan = plan_of(model, x, getattr(torch, dtype), True)
+            case.ref_plan, case.triton_failure = ref_plan, triton_failure()
             case.warnings = ' | '.join(dict.fromkeys(
                 f'{w.category.__name__}: {str(w.message)[:160]}' for w in caught))
             check(case, outputs, ref_outputs, grads, ref_grads)
+            problems = path_problems(case)
+            if problems:
+                case.status = 'failed'
+                case.note = '; '.join(filter(None, [case.note, *problems]))
         except Exception as exc:  # noqa: BLE001 - one failed dtype must not hide the other
             traceback.print_exc()
             case.status, case.note = 'failed', describe(exc)

@@ -6,6 +6,7 @@ In a bfloat16 run the target models keep float32 weights and step under autocast
 mmengine's ``AmpOptimWrapper`` trains.
 """
 import contextlib
+import functools
 import os
 import statistics
 from dataclasses import dataclass
@@ -14,9 +15,9 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .core import (Row, Setup, describe, forward_step, free_memory, make_input, progress,
-                   train_step)
-from .memory import peak_memory_mib
+from .core import (Row, Setup, describe, forward_step, free_memory, make_input, plan_of,
+                   progress, train_step)
+from .memory import step_peak_mib
 from .peers import BASELINE, PEERS, VIT5_ARCHS, build_vit5, unavailable_reason
 from .report import fmt
 from .timing import interleaved_latencies
@@ -33,6 +34,7 @@ class Target:
     high: Optional[float] = None
     note: str = ''
     basis: str = ''  # what the ratio is read from, where not alternated rounds
+    plan: Optional[str] = None  # the measured ViT5's execution plan (core.plan_of)
 
     @property
     def met(self) -> Optional[bool]:
@@ -81,6 +83,12 @@ CUDA_TARGETS = [
     TimedTarget('ViT5-B window-14 train step time, flex / batched-SDPA windows',
                 WINDOWED_FLEX, WINDOWED, 'train', '<= 1.0'),
 ]
+# with cpu_counterparts on a machine without CUDA (the rehearsal of tools/gpu_check.sh)
+CPU_COUNTERPARTS = [
+    TimedTarget('ViT5-B window-14 forward time, flex / batched-SDPA windows (CPU counterpart '
+                'of the CUDA train step: flex has no CPU backward)', WINDOWED_FLEX, WINDOWED,
+                'forward', '<= 1.0'),
+]
 # training peak memory, one step of each model after the timed rounds
 MEMORY_TARGETS = [
     TimedTarget('ViT5-B train step peak memory / timm ViT-B', 'vit5-b', BASELINE, 'train',
@@ -125,8 +133,9 @@ def _mixed(make: Callable[[nn.Module, torch.Tensor], Callable[[], None]], setup:
     return make_mixed
 
 
-def _compiled_train_step(model: nn.Module, x: torch.Tensor) -> Callable[[], None]:
-    return train_step(torch.compile(model), x)
+def _compiled_train_step(model: nn.Module, x: torch.Tensor,
+                         backend: str = 'inductor') -> Callable[[], None]:
+    return train_step(torch.compile(model, backend=backend), x)
 
 
 STEPS = {'forward': forward_step, 'train': train_step, 'train (compiled)': _compiled_train_step}
@@ -142,12 +151,18 @@ def _fill(targets: List[Target], specs: List[TimedTarget],
 
 
 def timed_targets(size: int, rounds: int, setup: Setup, compiled: bool = False,
-                  log: Optional[Callable[[Target], None]] = None) -> List[Target]:
+                  log: Optional[Callable[[Target], None]] = None,
+                  cpu_counterparts: bool = False,
+                  compile_backend: str = 'inductor') -> List[Target]:
     """The latency and training-memory targets at one input size (module docstring), or with
     ``compiled`` the torch.compile'd training pair alone (GPU time is scarce).
 
     ``log`` (e.g. a :class:`~benchmarks.rowlog.RowLog`) gets each target as soon as its mode
-    is timed, so a run stopped by a time cap keeps the modes it finished.
+    is timed, so a run stopped by a time cap keeps the modes it finished. Without CUDA,
+    ``cpu_counterparts`` adds :data:`CPU_COUNTERPARTS` in place of :data:`CUDA_TARGETS`.
+    ``compile_backend``: torch.compile's (``aot_eager`` captures the same graphs without
+    Inductor's code generation, minutes faster on a CPU). Training peak memory is measured
+    last, each model alone on the device.
     """
     logged = set()
 
@@ -157,13 +172,14 @@ def timed_targets(size: int, rounds: int, setup: Setup, compiled: bool = False,
                 logged.add(id(target))
                 log(target)
     label = f'{size}x{size}'
+    cuda = setup.device.type == 'cuda'
     specs = COMPILED_TARGETS if compiled else TIMED_TARGETS + (
-        CUDA_TARGETS if setup.device.type == 'cuda' else [])
-    targets = [Target(spec.claim, label, spec.bound_on(setup.device)) for spec in specs]
+        CUDA_TARGETS if cuda else CPU_COUNTERPARTS if cpu_counterparts else [])
+    backend = '' if compile_backend == 'inductor' else f' (backend {compile_backend})'
+    targets = [Target(spec.claim + (backend if spec.mode == 'train (compiled)' else ''), label,
+                      spec.bound_on(setup.device)) for spec in specs]
     memory_specs = [] if compiled else MEMORY_TARGETS
-    memory = [Target(spec.claim, label, spec.bound_on(setup.device),
-                     basis='one step each, same run')
-              for spec in memory_specs]
+    memory = [Target(spec.claim, label, spec.bound_on(setup.device)) for spec in memory_specs]
     models: Dict[str, nn.Module] = {}
     for name in dict.fromkeys(n for spec in specs + memory_specs for n in spec.pair):
         torch.manual_seed(0)
@@ -174,28 +190,43 @@ def timed_targets(size: int, rounds: int, setup: Setup, compiled: bool = False,
                 if name in spec.pair:
                     target.note = f'{name}: {describe(exc)}'
     x = make_input(size, setup).to(mixed_weights(setup))
-    for mode, make in STEPS.items():
+    makers = dict(STEPS)
+    makers['train (compiled)'] = functools.partial(_compiled_train_step, backend=compile_backend)
+    for mode, make in makers.items():
         chosen = [(t, spec) for t, spec in zip(targets, specs) if spec.mode == mode and not t.note]
         names = list(dict.fromkeys(n for _, spec in chosen for n in spec.pair))
         if not names:
             continue
         progress(f'targets {label} {mode}: {", ".join(names)} x {rounds} rounds')
+        for target, spec in chosen:
+            target.plan = _plan(models, spec, x, setup, mode)
+        steps = {}
         try:
             steps = {n: _mixed(make, setup)(models[n], x) for n in names}
             _fill(*zip(*chosen), interleaved_latencies(steps, setup, rounds))
         except Exception as exc:  # noqa: BLE001 - e.g. OOM; the other modes may still run
             for target, _ in chosen:
                 target.note = describe(exc)
-            log_once([t for t, _ in chosen])
-            continue
+        del steps
         log_once([t for t, _ in chosen])
-        if mode == 'train':
-            _memory_targets(memory, steps, models, x, setup)
-            log_once(memory)
-    del models  # with the gradients of the train rounds
+    built = set(models)
+    models.clear()  # with the gradients of the train rounds: memory is measured alone
     free_memory(setup.device)
-    log_once(targets + memory)  # those no mode reached: a model that could not be built
+    _memory_targets([t for t in memory if not t.note], built, size, x, setup)
+    log_once(targets + memory)  # and those no mode reached: a model that could not be built
     return targets + memory
+
+
+def _plan(models: Dict[str, nn.Module], spec: TimedTarget, x: torch.Tensor, setup: Setup,
+          mode: str) -> Optional[str]:
+    """The plan of the pair's ViT5 (the numerator's, else the denominator's) in ``mode``."""
+    autocast = None if setup.dtype == torch.float32 else setup.dtype
+    for name in spec.pair:
+        plan = plan_of(models[name], x, autocast, mode != 'forward',
+                       compiled=mode == 'train (compiled)')
+        if plan:
+            return plan
+    return None
 
 
 def mixed_weights(setup: Setup) -> torch.dtype:
@@ -203,18 +234,33 @@ def mixed_weights(setup: Setup) -> torch.dtype:
     return torch.float32 if setup.dtype == torch.bfloat16 else setup.dtype
 
 
-def _memory_targets(targets: List[Target], steps: Dict[str, Callable[[], None]],
-                    models: Dict[str, nn.Module], x: torch.Tensor, setup: Setup) -> None:
+def _memory_targets(targets: List[Target], built: set, size: int, x: torch.Tensor,
+                    setup: Setup) -> None:
+    """Training peak memory of each model of :data:`MEMORY_TARGETS`, built alone on the
+    device after the timed rounds, so that no other model resident dilutes the ratio: the
+    peak of one step minus what was allocated before it (:func:`.memory.step_peak_mib`)."""
     peaks = {}
-    for target, spec in zip(targets, MEMORY_TARGETS):
-        if target.note:
+    basis = ('one step each, alone on the device: peak minus allocated before'
+             if setup.device.type == 'cuda' else 'CPU counterpart: profiler peak of what one '
+             'step allocates, each model alone')
+    autocast = None if setup.dtype == torch.float32 else setup.dtype
+    for target in targets:
+        spec = next(s for s in MEMORY_TARGETS if s.claim == target.claim)
+        try:
+            for name in (n for n in spec.pair if n not in peaks and n in built):
+                torch.manual_seed(0)
+                model = target_model(name, size).to(setup.device, mixed_weights(setup))
+                target.plan = target.plan or plan_of(model, x, autocast, True)
+                peaks[name] = step_peak_mib(_mixed(train_step, setup)(model, x), model, setup)
+                del model
+                free_memory(setup.device)
+            numerator, denominator = (peaks[n] for n in spec.pair)
+        except Exception as exc:  # noqa: BLE001 - e.g. OOM
+            target.note = describe(exc)
+            free_memory(setup.device)
             continue
-        for name in spec.pair:
-            if name not in peaks:
-                peaks[name] = peak_memory_mib(steps[name], models[name], [x], setup)
-        target.ratio = peaks[spec.numerator] / peaks[spec.denominator]
-        target.basis = (f'one step each, same run: {fmt(peaks[spec.numerator], 0)} / '
-                        f'{fmt(peaks[spec.denominator], 0)} MiB')
+        target.ratio = numerator / denominator
+        target.basis = f'{basis}: {fmt(numerator, 0)} / {fmt(denominator, 0)} MiB'
 
 
 def mmpretrain_vit_b(size: int) -> dict:
@@ -251,6 +297,11 @@ def detector_targets(size: int, rounds: int, setup: Setup, root: str) -> List[Ta
             torch.manual_seed(0)
             model, batches = build_full_model(path, size, setup.batch, setup.device,
                                               backbone=backbone)
+            if name == 'vit5':
+                plan = plan_of(model, batches['train']['inputs'],
+                               None if setup.dtype == torch.float32 else setup.dtype, True)
+                for target in targets:
+                    target.plan = plan
             steps[name] = _detector_step(model, batches['train'], setup)
         progress(f'targets {label} Mask R-CNN train step: {", ".join(steps)} x {rounds} rounds')
         times = interleaved_latencies(steps, setup, rounds)
@@ -287,11 +338,11 @@ def row_targets(rows: List[Row]) -> List[Target]:
             continue
         if mode == 'forward' and row.pct_matmul is not None:
             targets.append(Target('ViT5-B forward GFLOP/s / matmul GFLOP/s', size, '>= 0.6',
-                                  row.pct_matmul / 100))
+                                  row.pct_matmul / 100, plan=row.plan))
         plain = ok.get((model, size, 'train'))
         if mode == 'train (with_cp)' and plain is not None:
             targets.append(Target('ViT5-B with_cp / plain training peak memory', size, '<= 0.5',
-                                  row.peak_mib / plain.peak_mib))
+                                  row.peak_mib / plain.peak_mib, plan=row.plan))
     return targets
 
 

@@ -43,10 +43,11 @@ def test_quick_benchmark_reports_rows_table_and_plot(tmp_path):
         assert 0 < target['low'] <= target['ratio'] <= target['high'], target
         assert target['met'] in (True, False)
     assert '### Targets' in result.stdout and 'window-14 train step' in result.stdout
-    # training peak memory, one step of each model in the same run
+    # training peak memory, one step of each model alone, the CPU counterpart named so
     memory = [t for t in report['targets'] if 'peak memory / timm' in t['claim']]
     assert len(memory) == 1 and memory[0]['ratio'] > 0, report['targets']
-    assert memory[0]['basis'].startswith('one step each, same run: ')
+    assert memory[0]['basis'].startswith('CPU counterpart: ') and 'alone' in memory[0]['basis']
+    assert all('fused ops: PyTorch' in t['plan'] for t in report['targets'])
 
     # --rows-log: every row and target appended as measured (after what was there), each
     # printed too, so a run killed by a time cap keeps what it finished

@@ -190,6 +190,19 @@ def test_block_keeps_no_more_for_backward_than_timm_on_cuda(autocast):
     assert per_token(ours, x5.shape[1]) <= per_token(timm, x.shape[1]) * 1.001, (ours, timm)
 
 
+def test_training_peak_memory_leaves_out_what_was_resident():
+    """benchmarks' training peak memory is the step's own: another model resident on the
+    device (as the memory targets once measured, five of them) does not change it."""
+    from benchmarks.core import Setup, train_step
+    from benchmarks.memory import step_peak_mib
+    setup = Setup(torch.device('cuda'), torch.float32, 1, 0, 1)
+    model = build().cuda().train()
+    step = train_step(model, torch.randn(2, 3, 64, 64, device='cuda'))
+    alone = step_peak_mib(step, model, setup)
+    resident = torch.empty(256 * 2**20, dtype=torch.uint8, device='cuda')
+    assert step_peak_mib(step, model, setup) == pytest.approx(alone, rel=0.02), resident.shape
+
+
 def test_fused_rms_norm_backward_equals_the_composite(monkeypatch):
     from mmvit5.models.layers.kernels import rms_norm as norm
     x = torch.randn(4, 300, 768, device='cuda')

@@ -56,6 +56,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('--target-compile', action='store_true',
                         help='with --targets, time only the torch.compile\'d training-step '
                         'pair (the eager targets are another run\'s)')
+    parser.add_argument('--compile-backend', default='inductor',
+                        help='torch.compile backend of --target-compile (aot_eager: the same '
+                        'graphs without Inductor\'s code generation, for a CPU rehearsal)')
+    parser.add_argument('--cpu-counterparts', action='store_true',
+                        help='without CUDA, time the CPU counterpart of each CUDA-only target '
+                        '(flex windows forward instead of training; one flex compile, ~30 s)')
     parser.add_argument('--detector-targets', default='',
                         help='comma list of input sides at which to time the whole Mask R-CNN '
                         'training step against the same detector on mmpretrain\'s ViT-B (batch '

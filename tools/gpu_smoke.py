@@ -5,7 +5,8 @@
     python tools/gpu_smoke.py [--triton 1|0] [--dtypes bfloat16,float16] [--rows-log JSONL]
     python tools/gpu_smoke.py --device cpu --tiny --triton 0     # the same at CPU-test size
 
-Exits 0 when every dtype passed. Its last line is the verdict.
+Exits 0 when every dtype passed on the path asked for (with --triton 1: the plan says Triton
+and no kernel fell back). Its last line is the verdict.
 """
 import argparse
 import os
@@ -44,14 +45,13 @@ def main(argv=None) -> int:
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     if args.triton == '1' and not device.startswith('cuda'):
         os.environ.setdefault('TRITON_INTERPRET', '1')
-    from benchmarks.results import git_commit
-    from benchmarks.rowlog import RowLog
+    from benchmarks.rowlog import RowLog, run_meta
     from benchmarks.smoke import run_smoke, summary
     print(f'[gpu_smoke] {device}, torch {torch.__version__}, MMVIT5_TRITON='
           f'{os.environ.get("MMVIT5_TRITON", "unset")}, {"tiny" if args.tiny else "real"} '
           'shapes', flush=True)
-    log = RowLog(args.rows_log, args.rows_tag,
-                 meta=dict(torch=torch.__version__, commit=git_commit(REPO)))
+    name = torch.cuda.get_device_name(device) if device.startswith('cuda') else 'CPU'
+    log = RowLog(args.rows_log, args.rows_tag, meta=run_meta(name, REPO))
     cases = run_smoke(device, args.dtypes.split(','), 'tiny' if args.tiny else 'real',
                       args.steps, log)
     print(summary(cases), flush=True)

@@ -3,22 +3,29 @@
 # machine that has Python, torch and torchvision but no network and no OpenMMLab packages.
 #
 #   bash tools/make_wheels.sh [OUT=.whl] [PYTHON_VERSION=3.12]
+#   bash tools/make_wheels.sh --image     # the packages the GPU image has already, one a line
 #
 # Versions are the ones installed here (the tested stack). Pure-Python packages come as
 # py3 wheels (built here from sdists where PyPI has no wheel: mmcv-lite, fvcore);
 # the compiled ones (pycocotools, shapely, faster-coco-eval) are fetched for PYTHON_VERSION on
-# manylinux x86_64. numpy, scipy, matplotlib, opencv(-headless), pillow, pyyaml, regex, rich,
-# tqdm, pytest, onnx and onnxruntime are expected on the GPU machine already (they are on the
-# H200 image this project is lent); the bundle stays well under 64 MiB.
+# manylinux x86_64. IMAGE lists what the lent GPU image has (its package list in the device
+# notes, read 2026-11-17): the bundle leaves those out, and REHEARSE=1 bash tools/gpu_check.sh
+# rehearses the call in a new venv holding torch, torchvision and IMAGE alone, so a package
+# that is in neither list fails there, not on the GPU. The bundle stays well under 64 MiB.
 set -euo pipefail
+IMAGE=(numpy scipy matplotlib opencv-python-headless pillow pyyaml regex rich tqdm packaging six
+       requests tabulate portalocker pytest markdown onnx onnxruntime onnxscript onnx-ir
+       ml-dtypes huggingface-hub safetensors)
+if [[ ${1:-} == --image ]]; then printf '%s\n' "${IMAGE[@]}"; exit 0; fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=$(mkdir -p "${1:-$here/.whl}" && cd "${1:-$here/.whl}" && pwd)
 pyver=${2:-3.12}
 PY=${PYTHON:-python3}
 pip=("$PY" -m pip --disable-pip-version-check -q)
+# panopticapi-lite: the tests extra's panoptic metric (tools/check_env.py imports it)
 PURE=(mmengine mmdet mmsegmentation mmpretrain ftfy wcwidth fvcore iopath yacs
       termcolor addict yapf platformdirs terminaltables prettytable mat4py modelindex
-      model-index ordered-set importlib-metadata lazy-importer timm einops)
+      model-index ordered-set importlib-metadata lazy-importer timm einops panopticapi-lite)
 BINARY=(pycocotools shapely faster-coco-eval)
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 

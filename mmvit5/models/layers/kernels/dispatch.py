@@ -7,7 +7,8 @@ the PyTorch path when a Triton kernel fails.
 
 A Triton kernel that cannot compile or launch (no C compiler or ``Python.h`` for Triton's
 launcher, an unsupported GPU, a driver error) does not end the run: :func:`run_kernel` warns
-once, naming the cause, and this process takes the PyTorch path from then on.
+once, naming the cause, and this process takes the PyTorch path from then on. Running out of
+memory and wrong inputs are no kernel failures: they are raised.
 """
 import contextlib
 import os
@@ -75,7 +76,11 @@ def _device_guard(t: torch.Tensor):
 def run_kernel(name: str, kernel: Callable, fallback: Callable, *args):
     """``kernel(*args)`` under the device guard of ``args[0]``; if it raises, one warning names
     the cause, the process gives the Triton kernels up and ``fallback(*args)`` (the PyTorch
-    path, same contract) answers instead.
+    path, same contract) answers instead, and every later call goes straight to it.
+
+    Not a Triton failure, so raised as is: ``torch.OutOfMemoryError`` (the PyTorch path needs
+    the memory too), and an error in the caller's inputs, that is one the PyTorch path raises
+    as well (its error is raised, and the kernels stay on).
 
     Args:
         name (str): The op, for the warning.
@@ -83,15 +88,20 @@ def run_kernel(name: str, kernel: Callable, fallback: Callable, *args):
         fallback (Callable): The PyTorch op taking and returning the same.
     """
     global _failure
+    if _failure is not None:
+        return fallback(*args)
     with _device_guard(args[0]):
         try:
             return kernel(*args)
+        except torch.OutOfMemoryError:
+            raise
         except Exception as e:  # compile, launcher build (C compiler, Python.h), launch
-            if _failure is None:
-                _failure = f'{name}: {type(e).__name__}: {e}'.splitlines()[0][:500]
-                warnings.warn(
-                    f'mmvit5: the Triton kernel {_failure} -- the PyTorch path runs from now on '
-                    'in this process (the same results, slower). Set MMVIT5_TRITON=0 to choose '
-                    'it up front; `python tools/check_env.py` checks what Triton needs (a C '
-                    'compiler and Python.h for its launcher).', RuntimeWarning, stacklevel=2)
-        return fallback(*args)
+            error = e
+    result = fallback(*args)  # raises where the inputs are wrong
+    _failure = f'{name}: {type(error).__name__}: {error}'.splitlines()[0][:500]
+    warnings.warn(
+        f'mmvit5: the Triton kernel {_failure} -- the PyTorch path runs from now on in this '
+        'process (the same results, slower). Set MMVIT5_TRITON=0 to choose it up front; '
+        '`python tools/check_env.py` checks what Triton needs (a C compiler and Python.h for '
+        'its launcher).', RuntimeWarning, stacklevel=2)
+    return result
