@@ -230,7 +230,7 @@ def test_run_kernel_raises_what_is_no_kernel_failure_and_then_skips_the_kernel()
     """run_kernel falls back on a kernel failure once, and from then on skips the kernel; an
     out-of-memory error and an error the PyTorch path makes too are raised, kernels kept."""
     from mmvit5.models.layers.kernels import dispatch
-    from mmvit5.models.layers.norm import rms_norm_fwd
+    from mmvit5.models.layers.kernels.rms_norm import rms_norm_fwd
     x, w = torch.randn(4, 8), torch.ones(8)
     calls = []
 

@@ -29,8 +29,8 @@ def row_blocks(width: int, operands: int = 1) -> Tuple[int, int]:
 def cast(x, dtype: tl.constexpr, INTERPRET: tl.constexpr):
     """``x.to(dtype)``. Triton's interpreter (3.8) truncates float32 -> bfloat16 where the
     GPU rounds to nearest even; there the rounding is done by hand, so that CI checks the
-    roundings the GPU makes."""
-    if INTERPRET and dtype == tl.bfloat16 and x.dtype == tl.float32:
+    roundings the GPU makes. Two operands per ``and``: Triton < 3.4 refuses a chain."""
+    if INTERPRET and (dtype == tl.bfloat16 and x.dtype == tl.float32):
         bits = x.to(tl.uint32, bitcast=True)
         bits = bits + 0x7FFF + ((bits >> 16) & 1)
         return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
