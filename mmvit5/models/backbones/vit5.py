@@ -194,6 +194,8 @@ class ViT5(BaseModule):
                                           register_grid(num_registers)) \
             if use_rope and num_registers else None
         self._rope_cache: Dict[tuple, Optional[torch.Tensor]] = {}
+        # grid -> (resized pos_embed, RoPE table) read as constants (fix_tables)
+        self._fixed_tables: Dict[Tuple[int, int], tuple] = {}
 
         if drop_path_schedule == 'uniform':
             rates = [drop_path_rate] * depth
@@ -455,6 +457,25 @@ class ViT5(BaseModule):
             self._rope_cache[key] = table
         return table
 
+    def fix_tables(self, grid: Tuple[int, int]) -> None:
+        """Keep ``grid``'s resized absolute embedding and RoPE table as constants that
+        forward reads at that grid, eager or exported: a fixed-size ONNX graph then holds them
+        as initializers, with no sin/cos, resize or position arithmetic (what TensorRT needs,
+        :mod:`mmvit5.deploy`). For deployed copies: the constants do not follow later
+        training."""
+        grid = (int(grid[0]), int(grid[1]))
+        device = self.cls_token.device
+        with torch.no_grad():
+            pos = None if self.pos_embed is None else \
+                resize_pos_embed(self.pos_embed, self.pretrain_grid, grid).clone()
+            rope = self.rope_table(grid, self.cls_token.dtype, device,
+                                   windows=self.token_order(grid, device), cache=False)
+        self._fixed_tables[grid] = (pos, rope)
+
+    def _fixed(self, grid: Tuple[int, int]) -> Optional[tuple]:
+        # never looked up with symbolic sides: graphs with dynamic sides fix no tables
+        return self._fixed_tables.get(grid) if self._fixed_tables else None
+
     def _check_input(self, x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f'ViT5 expects one (B, C, H, W) tensor, got {type(x).__name__}; '
@@ -478,7 +499,9 @@ class ViT5(BaseModule):
         self._check_input(x)
         x, grid = self.patch_embed(x)
         if self.pos_embed is not None:
-            x = x + resize_pos_embed(self.pos_embed, self.pretrain_grid, grid)
+            fixed = self._fixed(grid)
+            x = x + (fixed[0] if fixed else
+                     resize_pos_embed(self.pos_embed, self.pretrain_grid, grid))
         B = x.shape[0]
         registers = self.reg_token.expand(B, -1, -1) \
             if with_registers and self.reg_token is not None else x[:, :0]
@@ -541,8 +564,9 @@ class ViT5(BaseModule):
         # Graphs compute the table instead of looking it up: torch.export would pin a cached
         # key's grid to the example input's, and torch.compile would guard on the cache's
         # contents, so the step that fills it would recompile the whole model
-        rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows,
-                               cache=eager)
+        fixed = self._fixed(grid) if num_registers in (None, self.num_registers) else None
+        rope = fixed[1] if fixed else self.rope_table(
+            grid, self.cls_token.dtype, x.device, num_registers, windows, cache=eager)
         x = permute_tokens(x, None if windows is None else windows.order)
         outs = {}
         for i, block in enumerate(self.blocks[:max(indices) + 1]):
