@@ -76,10 +76,10 @@ def test_graph_pads_where_the_shipped_config_pads(name, pads):
     preprocessor = registry.build(cfg.model.data_preprocessor)
     holder = nn.Module()
     holder.data_preprocessor = preprocessor
-    assert Preprocess.from_model(holder).size_divisor == pads
-    assert Preprocess.from_model(holder).flip_channels
+    preprocess = Preprocess.from_model(holder)
+    assert preprocess.size_divisor == pads and preprocess.flip_channels
     assert Preprocess.from_model(holder, size_divisor=64).size_divisor == 64
-    assert ('test_cfg' in size_divisor_line(holder, 64)) == (cfg.default_scope == 'mmseg')
+    assert ('test_cfg' in size_divisor_line(preprocess, 64)) == (cfg.default_scope == 'mmseg')
 
 
 def seg_test_step(segmentor, image: torch.Tensor) -> torch.Tensor:
@@ -113,7 +113,7 @@ def test_whole_model_is_the_shipped_config_test_step():
         with torch.no_grad():
             logits = model(image[None].float())[0]
         torch.testing.assert_close(logits, seg_test_step(segmentor, image))
-    assert 'test_cfg=dict(size_divisor=32)' in size_divisor_line(segmentor, 32)
+    assert 'test_cfg=dict(size_divisor=32)' in size_divisor_line(padded.preprocess, 32)
     segmentor.data_preprocessor.test_cfg = dict(size_divisor=32)
     with torch.no_grad():
         logits = padded(images[0][None].float())[0]

@@ -47,7 +47,9 @@ def small_mask2former(cfg: Config) -> None:
     head.pixel_decoder.encoder.num_layers = 1
     head.transformer_decoder.num_layers = 1
     if 'panoptic_fusion_head' in cfg.model:
-        cfg.model.test_cfg.max_per_image = 10
+        # every (query, class) pair: no pair sits at the top-K boundary, where float noise
+        # could swap two equal class probabilities between PyTorch and ONNX Runtime
+        cfg.model.test_cfg.max_per_image = head.num_queries * head.num_things_classes
 
 
 def small_training(cfg: Config, side: int = 128) -> None:
@@ -90,22 +92,22 @@ def prepare(name: str, work: str) -> Config:
         cfg = Config.fromfile(config(path))
     cfg.merge_from_dict(overrides)
     shrink_model(cfg.model, embed_dim=32, depth=1, num_heads=2, width=16)
-    if 'Mask2Former' in (cfg.model.type, cfg.model.get('decode_head', {}).get('type')):
+    if 'Mask2Former' in cfg.model.type + cfg.model.get('decode_head', {}).get('type', ''):
         small_mask2former(cfg)
     fixed_size_test(cfg)
     cfg.train_dataloader.batch_size = 2
+    cfg.train_cfg.update(max_iters=ITERS, val_interval=ITERS + 1)  # the tests evaluate
+    cfg.param_scheduler = []  # a few steps at the recipe's learning rate
     cfg.default_hooks.checkpoint.update(interval=ITERS, save_best=None)
     cfg.dump(osp.join(work, 'config.py'))
-    cfg = load_config(osp.join(work, 'config.py'), work_dir=work, max_iters=ITERS)
-    cfg.train_cfg.val_interval = ITERS + 1  # the tests evaluate
-    return cfg
+    return load_config(osp.join(work, 'config.py'), work_dir=work)
 
 
 class Trained:
     """One toy: its config, runner (trained model, val loader, evaluator) and ONNX file."""
 
     def __init__(self, name: str, root, work: str) -> None:
-        self.name = name
+        self.name, self.root = name, root
         cwd, threads = os.getcwd(), torch.get_num_threads()
         os.chdir(root)
         torch.set_num_threads(1)
@@ -126,7 +128,12 @@ class Trained:
         self.ort = OnnxModel(self.onnx)
 
     def evaluate(self, predict) -> dict:
-        return evaluate(self.runner.val_loop.evaluator, self.batches, predict)
+        cwd = os.getcwd()
+        os.chdir(self.root)  # the panoptic metric reads the ground truth from data/
+        try:
+            return evaluate(self.runner.val_loop.evaluator, self.batches, predict)
+        finally:
+            os.chdir(cwd)
 
 
 @pytest.fixture(scope='module')
@@ -184,15 +191,20 @@ def test_mask2former_instances_match_test_step(trained):
         for ours, theirs in zip(toy.ort.predict(batch), toy.model.test_step(batch)):
             ours, theirs = ours.pred_instances, theirs.pred_instances
             assert (ours.scores > 0.3).sum() == (theirs.scores > 0.3).sum()
-            # mmdet's rows are unordered: each of its detections has its twin in ours
-            for i in range(len(theirs)):
+            # every (query, class) pair: rows of score 0 (an empty mask) are left out of ours
+            assert len(theirs) == 30 and len(ours) == (theirs.scores > 0).sum()
+            # mmdet's rows are unordered: each of its detections has its twin in ours, the
+            # row of its label and mask closest in score (queries may repeat a mask)
+            for i in torch.nonzero(theirs.scores > 0)[:, 0]:
                 inter = (ours.masks & theirs.masks[i]).flatten(1).sum(1)
                 union = (ours.masks | theirs.masks[i]).flatten(1).sum(1)
                 iou = torch.where(union > 0, inter / union.clamp(min=1), 1.0)  # both empty: 1
-                twin = torch.where(ours.labels == theirs.labels[i], iou, -1).argmax()
-                assert iou[twin] >= 0.97 and ours.labels[twin] == theirs.labels[i]
+                same = (ours.labels == theirs.labels[i]) & (iou >= 0.97)
+                assert same.any(), (i, theirs.labels[i], iou)
+                gaps = torch.where(same, (ours.scores - theirs.scores[i]).abs(), 1.0)
+                twin = gaps.argmin()
+                assert gaps[twin] <= 1e-3
                 assert (ours.bboxes[twin] - theirs.bboxes[i]).abs().max() <= 1
-                assert abs(ours.scores[twin] - theirs.scores[i]) <= 1e-3
     ours, theirs = toy.evaluate(toy.ort.predict), toy.evaluate(toy.model.test_step)
     for metric in ('coco/bbox_mAP', 'coco/segm_mAP'):
         assert abs(ours[metric] - theirs[metric]) * 100 <= 0.1, (metric, ours, theirs)
@@ -232,8 +244,10 @@ def test_fixed_size_graph_holds_constant_rope_for_tensorrt(trained):
     backbone = toy.model.backbone
     grid = (-(-WINDOWS['crop_size'][0] // 16), -(-WINDOWS['crop_size'][1] // 16))
     table = backbone.rope_table(grid, torch.float32, torch.device('cpu'), cache=False).numpy()
-    constants = [numpy_helper.to_array(t) for t in onnx.load(toy.onnx).graph.initializer]
-    assert any(c.shape == table.shape and np.allclose(c, table) for c in constants)
+    constants = [numpy_helper.to_array(t).ravel()
+                 for t in onnx.load(toy.onnx).graph.initializer]
+    for part in (table[..., 0].ravel(), table[..., 1].ravel()):  # cos, sin
+        assert any(c.size == part.size and np.allclose(c, part) for c in constants)
 
 
 def snippets():
@@ -259,18 +273,21 @@ def test_guide_snippet_runs(trained, tmp_path, monkeypatch, task, toy_name):
     namespace = {}
     exec(compile(snippet, 'onnx.md', 'exec'), namespace)
     expected = toy.ort(cv2.imread(str(tmp_path / 'demo.jpg')).transpose(2, 0, 1)[None])
-    checks = {'semantic': ('labels', expected['logits'][0].argmax(0)),
-              'depth': ('depth', expected['depth'][0, 0]),
-              'instances': ('labels', expected['labels'][0][expected['scores'][0] > 0.3]),
-              'panoptic': ('panoptic', None)}
-    name, value = checks[task]
-    if value is None:  # the numpy post-processing against mmdet's test_step
-        from mmvit5.deploy.panoptic import panoptic_map, settings_from_metadata
-        expected_map = panoptic_map(expected['cls_logits'][0], expected['mask_logits'][0],
-                                    **settings_from_metadata(toy.ort.metadata))
-        np.testing.assert_array_equal(namespace[name], expected_map)
-    else:
-        np.testing.assert_array_equal(namespace[name], value)
+    if task == 'semantic':
+        np.testing.assert_array_equal(namespace['labels'], expected['logits'][0].argmax(0))
+    elif task == 'depth':
+        np.testing.assert_array_equal(namespace['depth'], expected['depth'][0, 0])
+    elif task == 'instances':
+        keep = expected['scores'][0] > 0.3
+        np.testing.assert_array_equal(namespace['labels'], expected['labels'][0][keep])
+    else:  # the guide reads the settings from the file's metadata
+        from mmvit5.deploy.panoptic import panoptic_map
+        metadata = toy.ort.metadata
+        found = panoptic_map(expected['cls_logits'][0], expected['mask_logits'][0],
+                             metadata['num_things_classes'], metadata['object_mask_thr'],
+                             metadata['iou_thr'], metadata['filter_low_score'])
+        np.testing.assert_array_equal(namespace['panoptic'], found)
+        assert (namespace['classes'] >= -1).all()
 
 
 @pytest.mark.parametrize('toy_name', ['upernet', 'instances'])
@@ -288,4 +305,4 @@ def test_onnx_demo_draws_the_pytorch_demo_picture(trained, tmp_path, monkeypatch
         runpy.run_path(osp.join(REPO, 'tools', 'demo.py'), run_name='__main__')
         pictures.append(cv2.imread(str(out / (osp.splitext(osp.basename(image))[0] + '.png'))))
     assert pictures[0].shape[:2] == cv2.imread(image).shape[:2]
-    assert (pictures[0] == pictures[1]).all(-1).mean() >= 0.99
+    assert (pictures[0] == pictures[1]).all(-1).mean() >= 0.999

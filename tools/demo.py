@@ -9,13 +9,25 @@ where its dataset had none: :func:`mmvit5.utils.usable_palette`); the scope come
 config. With ``--onnx`` a file of ``tools/export_onnx.py`` computes the predictions in ONNX
 Runtime (:class:`mmvit5.deploy.predict.OnnxModel`) and the same inferencer loads the images
 and draws them, in the classes and colours the file recorded: the same picture as the
-checkpoint's.
+checkpoint's. Instances are drawn highest score first, with seeded colour jitter, so that a
+picture is the same on every run.
 """
 import argparse
 import os
 import os.path as osp
 import sys
 from typing import Optional
+
+
+def by_score(samples: list) -> list:
+    """Instances highest score first: mmdet draws them in order, jittering each mask colour
+    by the next random numbers, so the order fixes the picture (the model's own order is
+    that of an unsorted top-k)."""
+    for sample in samples:
+        if 'pred_instances' in sample:
+            instances = sample.pred_instances
+            sample.pred_instances = instances[instances.scores.argsort(descending=True)]
+    return samples
 
 
 def build_inferencer(config: str, checkpoint: Optional[str], device: str,
@@ -36,12 +48,14 @@ def build_inferencer(config: str, checkpoint: Optional[str], device: str,
     else:
         raise ValueError(f'{config}: default_scope {cfg.get("default_scope")!r} is neither '
                          'mmdet nor mmseg')
+    predict = inferencer.forward
     if onnx:
         from mmvit5.deploy.predict import OnnxModel
         model = OnnxModel(onnx)
-        inferencer.forward = lambda data, **kwargs: model.predict(data)
+        predict = lambda data, **kwargs: model.predict(data)  # noqa: E731
         inferencer.model.dataset_meta = model.dataset_meta
         inferencer.visualizer.dataset_meta = model.dataset_meta
+    inferencer.forward = lambda data, **kwargs: by_score(predict(data, **kwargs))
     if cfg.get('default_scope') == 'mmseg':
         from mmvit5.utils.palette import usable_palette
 
@@ -75,7 +89,9 @@ def main() -> None:
     import cv2
     os.makedirs(args.out_dir, exist_ok=True)
     kwargs = dict(pred_score_thr=args.score_thr) if 'Det' in type(inferencer).__name__ else {}
+    import numpy as np
     for i, image in enumerate(args.images):
+        np.random.seed(0)  # mmdet's mask colours: the same picture on every run
         vis = inferencer(image, return_vis=True, **kwargs)['visualization']
         # DetInferencer returns a list per input; MMSegInferencer the array of a single input
         vis = vis[0] if isinstance(vis, list) else vis

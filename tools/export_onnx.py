@@ -133,7 +133,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     row = latency_row(args, name, model, session, x, out, seconds, errors)
     print_report(row, args.atol)
     if args.part == 'model' and args.size_divisor:
-        line = size_divisor_line(model, args.size_divisor)
+        line = size_divisor_line(model.preprocess, args.size_divisor)
         print(f'\nThe graph pads to multiples of {args.size_divisor}; for the config\'s own '
               f'test to compute the same, add to it:\n\n    {line}')
     if args.json:

@@ -126,12 +126,16 @@ def task_module(model: nn.Module, kind: str, dynamic: bool = False) -> nn.Module
 
 
 def dataset_meta(cfg, model: nn.Module) -> Dict[str, object]:
-    """Classes and palette: the checkpoint's, else the config's test dataset's."""
+    """Classes and palette: the checkpoint's, else the config's test dataset's (its class's
+    ``METAINFO`` updated by the config's ``metainfo``, as the dataset merges them)."""
     meta = dict(getattr(model, 'dataset_meta', None) or {})
-    if 'classes' not in meta:
-        metainfo = cfg.get('test_dataloader', {}).get('dataset', {}).get('metainfo') or {}
-        meta.update({k: v for k, v in metainfo.items() if k in ('classes', 'palette')})
-    return {k: list(map(list, v)) if k == 'palette' else list(v)
+    dataset = cfg.get('test_dataloader', {}).get('dataset', {})
+    if 'classes' not in meta and dataset.get('type'):
+        registry = __import__(f'{cfg.get("default_scope", "mmdet")}.registry',
+                              fromlist=['DATASETS']).DATASETS
+        meta = dict(getattr(registry.get(dataset.type), 'METAINFO', {}),
+                    **(dataset.get('metainfo') or {}))
+    return {k: [list(c) for c in v] if k == 'palette' else list(v)
             for k, v in meta.items() if k in ('classes', 'palette') and v is not None}
 
 
@@ -150,11 +154,14 @@ def model_metadata(cfg, model: nn.Module, kind: str, preprocess: Preprocess,
     elif hasattr(model, 'panoptic_fusion_head'):
         fusion = model.panoptic_fusion_head
         test_cfg = fusion.test_cfg or {}
-        meta.update(num_things_classes=fusion.num_things_classes,
+        # boxes_from_masks: mmdet resizes the masks to the original image, then boxes them
+        meta.update(boxes_from_masks=True, num_things_classes=fusion.num_things_classes,
                     num_stuff_classes=fusion.num_stuff_classes,
                     object_mask_thr=test_cfg.get('object_mask_thr', 0.8),
                     iou_thr=test_cfg.get('iou_thr', 0.8),
-                    filter_low_score=test_cfg.get('filter_low_score', False))
+                    filter_low_score=test_cfg.get('filter_low_score', False),
+                    instance_on=test_cfg.get('instance_on', False),
+                    max_per_image=test_cfg.get('max_per_image', 100))
     return {k: json.dumps(v) for k, v in meta.items()}
 
 

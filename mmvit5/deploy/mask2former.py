@@ -135,14 +135,50 @@ def mask_boxes(binary: torch.Tensor) -> torch.Tensor:
     return torch.stack((x1, y1, x2, y2), dim=-1).float() * found[..., None]
 
 
-class Mask2FormerInstances(nn.Module):
-    """mmdet ``Mask2Former`` instance results as fixed-size tensors.
+def mask_scores(probabilities: torch.Tensor, binary: torch.Tensor) -> torch.Tensor:
+    """(...) mean probability inside each mask (..., H, W), as mmdet scores Mask2Former's."""
+    inside = binary.float()
+    return (probabilities * inside).flatten(-2).sum(-1) / (inside.flatten(-2).sum(-1) + 1e-6)
 
-    mmdet's ``MaskFormerFusionHead.instance_postprocess`` batched: the top
-    ``max_per_image`` (query, class) pairs by class probability, each scored by its class
+
+def query_instances(cls_logits: torch.Tensor, mask_logits: torch.Tensor, max_per_img: int,
+                    num_things: int) -> Tuple[torch.Tensor, ...]:
+    """mmdet's ``MaskFormerFusionHead.instance_postprocess``, batched, from the queries.
+
+    The top ``max_per_img`` (query, class) pairs by class probability, each scored by its class
     probability times its mean mask probability inside the mask, boxed around its mask
-    (``mask2bbox``). Stuff classes (panoptic models) get score 0, where mmdet drops them. Rows
-    are sorted by score.
+    (``mask2bbox``). Stuff classes get score 0, where mmdet drops them. Rows are sorted by
+    score.
+
+    Args:
+        cls_logits (Tensor): (N, Q, C + 1), the last "no object".
+        mask_logits (Tensor): (N, Q, H, W).
+        max_per_img (int): K.
+        num_things (int): Classes below it are things.
+
+    Returns:
+        tuple[Tensor]: boxes (N, K, 4) xyxy pixels, scores (N, K), labels (N, K) int64, masks
+        (N, K, H, W) probabilities.
+    """
+    probs = cls_logits.softmax(-1)[..., :-1]
+    num_classes = probs.shape[-1]
+    top, index = probs.flatten(1).topk(max_per_img, dim=1)
+    labels = index % num_classes
+    query = index // num_classes
+    masks = torch.gather(mask_logits, 1, query[:, :, None, None].expand(
+        -1, -1, mask_logits.shape[-2], mask_logits.shape[-1]))
+    binary = masks > 0
+    probabilities = masks.sigmoid()
+    scores = top * mask_scores(probabilities, binary) * (labels < num_things)
+    scores, order = scores.sort(dim=1, descending=True)
+    labels = labels.gather(1, order)
+    masks = probabilities.gather(1, order[:, :, None, None].expand_as(probabilities))
+    boxes = mask_boxes(binary.gather(1, order[:, :, None, None].expand_as(binary)))
+    return boxes, scores, labels, masks
+
+
+class Mask2FormerInstances(nn.Module):
+    """mmdet ``Mask2Former`` instance results as fixed-size tensors (:func:`query_instances`).
 
     Args:
         detector (nn.Module): mmdet ``Mask2Former``, eval mode.
@@ -164,24 +200,7 @@ class Mask2FormerInstances(nn.Module):
 
     def forward(self, x: torch.Tensor, height, width) -> Tuple[torch.Tensor, ...]:
         cls_logits, mask_logits = query_logits(self.detector, x, height, width)
-        probs = cls_logits.softmax(-1)[..., :-1]
-        num_classes = probs.shape[-1]
-        top, index = probs.flatten(1).topk(self.max_per_img, dim=1)
-        labels = index % num_classes
-        query = index // num_classes
-        masks = torch.gather(mask_logits, 1, query[:, :, None, None].expand(
-            -1, -1, mask_logits.shape[-2], mask_logits.shape[-1]))
-        binary = masks > 0
-        probabilities = masks.sigmoid()
-        inside = binary.float()
-        mask_scores = (probabilities * inside).flatten(2).sum(-1) / (
-            inside.flatten(2).sum(-1) + 1e-6)
-        scores = top * mask_scores * (labels < self.num_things)
-        scores, order = scores.sort(dim=1, descending=True)
-        labels = labels.gather(1, order)
-        masks = probabilities.gather(1, order[:, :, None, None].expand_as(probabilities))
-        boxes = mask_boxes(binary.gather(1, order[:, :, None, None].expand_as(binary)))
-        return boxes, scores, labels, masks
+        return query_instances(cls_logits, mask_logits, self.max_per_img, self.num_things)
 
 
 class Mask2FormerQueries(nn.Module):

@@ -56,7 +56,11 @@ class OnnxModel:
 
     @property
     def dataset_meta(self) -> Dict[str, list]:
-        return {k: self.metadata[k] for k in ('classes', 'palette') if k in self.metadata}
+        """Classes and palette (colours as tuples, as mmdet's visualiser takes them)."""
+        meta = {k: self.metadata[k] for k in ('classes', 'palette') if k in self.metadata}
+        if 'palette' in meta:
+            meta['palette'] = [tuple(c) for c in meta['palette']]
+        return meta
 
     def __call__(self, images: np.ndarray) -> Dict[str, np.ndarray]:
         """Outputs by name for ``images`` (N, 3, H, W) float32, 0-255, loader's order."""
@@ -90,21 +94,47 @@ class OnnxModel:
                         self.metadata.get('align_corners', False))[0]
         sample.set_data(dict(pred_depth_map=PixelData(data=depth)))
 
-    def _instances(self, sample, out: Dict[str, torch.Tensor]) -> None:
+    @staticmethod
+    def _instance_data(boxes, scores, labels, masks):
         from mmengine.structures import InstanceData
-        keep = out['scores'] > 0  # rows past the detections
-        scale = out['boxes'].new_tensor(sample.scale_factor).repeat(2)
-        masks = _resize(out['masks'][keep][None], sample.ori_shape)[0]
-        sample.pred_instances = InstanceData(
-            bboxes=out['boxes'][keep] / scale, scores=out['scores'][keep],
-            labels=out['labels'][keep], masks=masks >= 0.5)
+        keep = scores > 0  # rows past the detections
+        return InstanceData(bboxes=boxes[keep], scores=scores[keep], labels=labels[keep],
+                            masks=masks[keep] >= 0.5)
+
+    def _instances(self, sample, out: Dict[str, torch.Tensor]) -> None:
+        """Rescaled as mmdet does: a two-stage detector's boxes by the scale factor and its
+        masks resized; Mask2Former's mask logits resized first, then boxed and scored
+        anew (its score is class probability times mean mask probability)."""
+        if not self.metadata.get('boxes_from_masks'):
+            scale = out['boxes'].new_tensor(sample.scale_factor).repeat(2)
+            masks = _resize(out['masks'][None], sample.ori_shape)[0]
+            sample.pred_instances = self._instance_data(out['boxes'] / scale, out['scores'],
+                                                        out['labels'], masks)
+            return
+        from .mask2former import mask_boxes, mask_scores
+        probabilities = out['masks']
+        logits = _resize(torch.logit(probabilities, eps=1e-6)[None], sample.ori_shape)[0]
+        before = mask_scores(probabilities, probabilities > 0.5)
+        classes = torch.where(before > 0, out['scores'] / before.clamp(min=1e-12), 0.0)
+        masks = logits.sigmoid()
+        scores = classes * mask_scores(masks, logits > 0)
+        sample.pred_instances = self._instance_data(mask_boxes(logits > 0), scores,
+                                                    out['labels'], masks)
 
     def _panoptic(self, sample, out: Dict[str, torch.Tensor]) -> None:
+        """mmdet's panoptic map (and, where the config asks, its instances) of the queries,
+        the mask logits resized to the original image first, as mmdet does."""
         from mmengine.structures import PixelData
         masks = _resize(out['mask_logits'][None], sample.ori_shape)[0]
-        panoptic = panoptic_map(out['cls_logits'].numpy(), masks.numpy(),
-                                **settings_from_metadata(self.metadata))
+        settings = settings_from_metadata(self.session.get_modelmeta().custom_metadata_map)
+        panoptic = panoptic_map(out['cls_logits'].numpy(), masks.numpy(), **settings)
         sample.pred_panoptic_seg = PixelData(sem_seg=torch.from_numpy(panoptic)[None])
+        if self.metadata.get('instance_on'):
+            from .mask2former import query_instances
+            found = query_instances(out['cls_logits'][None], masks[None],
+                                    self.metadata['max_per_image'],
+                                    self.metadata['num_things_classes'])
+            sample.pred_instances = self._instance_data(*(t[0] for t in found))
 
 
 def evaluate(evaluator, batches: List[dict], predict) -> Dict[str, float]:

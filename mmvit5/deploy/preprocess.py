@@ -43,6 +43,8 @@ class Preprocess(nn.Module):
             mmseg's ``test_cfg.size_divisor``); None or 1: no padding.
         pad_size (tuple[int, int], optional): Pad up to this (H, W) (mmseg's
             ``test_cfg.size``); sides already larger stay.
+        scope (str): ``'mmdet'`` or ``'mmseg'``: whose preprocessor this is (they configure
+            test padding differently, :func:`size_divisor_line`).
 
     Shape:
         - Input: (B, 3, H, W) float, 0-255, in the loader's channel order.
@@ -51,8 +53,9 @@ class Preprocess(nn.Module):
 
     def __init__(self, mean=None, std=None, flip_channels: bool = False, pad_value: float = 0.0,
                  size_divisor: Optional[int] = None,
-                 pad_size: Optional[Tuple[int, int]] = None) -> None:
+                 pad_size: Optional[Tuple[int, int]] = None, scope: str = 'mmdet') -> None:
         super().__init__()
+        self.scope = scope
         self.normalize = mean is not None
         if self.normalize:
             self.register_buffer('mean', torch.as_tensor(mean, dtype=torch.float32).view(
@@ -84,7 +87,7 @@ class Preprocess(nn.Module):
         return cls(mean=pre.mean.flatten().tolist() if normalize else None,
                    std=pre.std.flatten().tolist() if normalize else None,
                    flip_channels=bool(flip), pad_value=pad_value, size_divisor=size_divisor,
-                   pad_size=pad_size)
+                   pad_size=pad_size, scope='mmseg' if is_seg else 'mmdet')
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         x = image.flip(1) if self.flip_channels else image
@@ -102,9 +105,9 @@ class Preprocess(nn.Module):
         return f'flip_channels={self.flip_channels}, normalize={self.normalize}, pad: {pads}'
 
 
-def size_divisor_line(model: nn.Module, size_divisor: int) -> str:
+def size_divisor_line(preprocess: Preprocess, size_divisor: int) -> str:
     """The config line that makes the config's own test pad as a graph exported with
-    ``--size-divisor size_divisor`` does."""
-    if hasattr(model.data_preprocessor, 'pad_val'):
+    ``--size-divisor size_divisor`` does (``preprocess``: the graph's)."""
+    if preprocess.scope == 'mmseg':
         return f'model = dict(data_preprocessor=dict(test_cfg=dict(size_divisor={size_divisor})))'
     return f'model = dict(data_preprocessor=dict(pad_size_divisor={size_divisor}))'
