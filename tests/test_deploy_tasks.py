@@ -3,9 +3,9 @@ toys (issue 38; issue 35.5): UperNet (sliding windows), DPT depth (sliding windo
 Mask2Former instance, semantic and panoptic.
 
 Each toy is trained for a few iterations (one 32-wide block, 16-wide heads) and exported once
-with fixed sides that are not multiples of 32 and a symbolic batch; the toy val sets are
-resized to those sides and run at batch 2 through both, and the config's own evaluator scores
-both sets of predictions.
+with fixed sides that are not multiples of 32 and a symbolic batch (the Mask2Former instance
+model with symbolic sides too); the toy val sets are resized to those sides and run at batch 2
+through both, and the config's own evaluator scores both sets of predictions.
 """
 import os
 import os.path as osp
@@ -18,7 +18,8 @@ import torch
 from mmengine.config import Config
 
 from conftest import REPO, config
-from mmvit5.deploy import OUTPUTS, deploy, export_onnx, graph_ops
+from mmvit5.deploy import OUTPUTS, deploy, example_input, export_onnx, graph_ops
+from mmvit5.deploy.onnx import output_errors
 from mmvit5.deploy.predict import OnnxModel, evaluate
 from mmvit5.utils import build_runner, load_config, shrink_model
 
@@ -121,10 +122,13 @@ class Trained:
             os.chdir(cwd)
             torch.set_num_threads(threads)
         self.checkpoint = osp.join(work, f'iter_{ITERS}.pth')
-        self.deployed = deploy(self.model, self.cfg)
+        # the Mask2Former instance graph is dynamic (its pixel decoder keeps sizes in tensors)
+        self.dynamic = name == 'instances'
+        self.deployed = deploy(self.model, self.cfg, dynamic=self.dynamic)
         self.onnx = osp.join(work, f'{name}.onnx')
         images = torch.stack([x.float() for x in self.batches[0]['inputs']])
-        export_onnx(self.deployed, images, self.onnx, dynamic_batch=True)
+        export_onnx(self.deployed, images, self.onnx, dynamic=self.dynamic,
+                    dynamic_batch=not self.dynamic)
         self.ort = OnnxModel(self.onnx)
 
     def evaluate(self, predict) -> dict:
@@ -205,6 +209,15 @@ def test_mask2former_instances_match_test_step(trained):
                 twin = gaps.argmin()
                 assert gaps[twin] <= 1e-3
                 assert (ours.bboxes[twin] - theirs.bboxes[i]).abs().max() <= 1
+    # the dynamic graph at other sizes and batches, where constants baked from the example's
+    # sizes would show
+    for shape in [(1, 3, 64, 130), (3, 3, 150, 97)]:
+        image = example_input(shape, 'model')
+        with torch.no_grad():
+            expected = toy.deployed(image)
+        found = toy.ort.session.run(None, {'image': image.numpy()})
+        errors = output_errors(OUTPUTS['instances'], expected, found)
+        assert max(errors.values()) <= 1e-4, (shape, errors)
     ours, theirs = toy.evaluate(toy.ort.predict), toy.evaluate(toy.model.test_step)
     for metric in ('coco/bbox_mAP', 'coco/segm_mAP'):
         assert abs(ours[metric] - theirs[metric]) * 100 <= 0.1, (metric, ours, theirs)

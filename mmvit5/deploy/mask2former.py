@@ -22,13 +22,15 @@ from mmdet.models.layers import MSDeformAttnPixelDecoder
 
 
 class ExportableMSDeformAttn(MultiScaleDeformableAttention):
-    """mmcv's ``MultiScaleDeformableAttention`` with ``spatial_shapes`` a list of (h, w)
-    integers (symbolic under export) instead of a tensor; mmcv's PyTorch computation."""
+    """mmcv's ``MultiScaleDeformableAttention`` (its PyTorch computation) that also takes the
+    level sizes as a list of (h, w) integers, ``level_sizes`` (symbolic under export), to split
+    and sample the levels by; ``spatial_shapes`` (levels, 2), a tensor of the same sizes,
+    normalises the offsets as in mmcv."""
 
     def forward(self, query: torch.Tensor, value: torch.Tensor = None,
                 query_pos: torch.Tensor = None, key_padding_mask: torch.Tensor = None,
-                reference_points: torch.Tensor = None,
-                spatial_shapes: List[Tuple[int, int]] = None, **kwargs) -> torch.Tensor:
+                reference_points: torch.Tensor = None, spatial_shapes: torch.Tensor = None,
+                level_sizes: List[Tuple[int, int]] = None, **kwargs) -> torch.Tensor:
         if not self.batch_first:
             raise NotImplementedError('the exported pixel decoder is batch-first, as mmdet '
                                       "builds Mask2Former's")
@@ -48,41 +50,47 @@ class ExportableMSDeformAttn(MultiScaleDeformableAttention):
             bs, num_query, self.num_heads, self.num_levels * self.num_points).softmax(-1)
         attention_weights = attention_weights.view(bs, num_query, self.num_heads,
                                                    self.num_levels, self.num_points)
-        # mmcv divides by a (levels, 2) tensor of (w, h): the same division, level by level
-        offsets = torch.stack([sampling_offsets[:, :, :, level] / sampling_offsets.new_tensor(
-            [w, h]) for level, (h, w) in enumerate(spatial_shapes)], dim=3)
-        sampling_locations = reference_points[:, :, None, :, None, :] + offsets
-        output = multi_scale_deformable_attn_pytorch(value, spatial_shapes, sampling_locations,
+        normalizer = torch.stack([spatial_shapes[..., 1], spatial_shapes[..., 0]], -1)
+        sampling_locations = reference_points[:, :, None, :, None, :] + \
+            sampling_offsets / normalizer[None, None, None, :, None, :]
+        output = multi_scale_deformable_attn_pytorch(value, level_sizes, sampling_locations,
                                                      attention_weights)
         return self.dropout(self.output_proj(output)) + identity
 
 
 class ExportablePixelDecoder(MSDeformAttnPixelDecoder):
-    """mmdet's ``MSDeformAttnPixelDecoder.forward`` with the level sizes as integers."""
+    """mmdet's ``MSDeformAttnPixelDecoder.forward`` with the level sizes also as integers,
+    ``level_sizes`` for the attention (:class:`ExportableMSDeformAttn`)."""
 
     def forward(self, feats: List[torch.Tensor]) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         batch_size = feats[0].shape[0]
-        inputs, masks, positions, shapes, references = [], [], [], [], []
+        inputs, masks, positions, shapes, spatial_shapes, references = [], [], [], [], [], []
         for i in range(self.num_encoder_levels):
             level_idx = self.num_input_levels - i - 1
             feat = feats[level_idx]
             height, width = feat.shape[-2:]
+            # the sizes as a tensor too (mmdet's torch._shape_as_tensor does not export, and
+            # new_tensor would bake the example's sizes in)
+            feat_hw = torch.stack([feat.new_full((), side, dtype=torch.long)
+                                   for side in (height, width)])
             mask = feat.new_zeros((batch_size, height, width), dtype=torch.bool)
             position = self.level_encoding.weight[i].view(1, -1, 1, 1) + \
                 self.postional_encoding(mask)
             points = self.point_generator.single_level_grid_priors(
                 (height, width), level_idx, device=feat.device)
-            points = points / (points.new_tensor([width, height]) * self.strides[level_idx])
+            points = points / (feat_hw.unsqueeze(0).flip(dims=[0, 1]) * self.strides[level_idx])
             inputs.append(self.input_convs[i](feat).flatten(2).permute(0, 2, 1))
             masks.append(mask.flatten(1))
             positions.append(position.flatten(2).permute(0, 2, 1))
             shapes.append((height, width))
+            spatial_shapes.append(feat_hw)
             references.append(points)
         references = torch.cat(references, dim=0)[None, :, None].repeat(
             batch_size, 1, self.num_encoder_levels, 1)
         memory = self.encoder(
             query=torch.cat(inputs, dim=1), query_pos=torch.cat(positions, dim=1),
-            key_padding_mask=torch.cat(masks, dim=1), spatial_shapes=shapes,
+            key_padding_mask=torch.cat(masks, dim=1),
+            spatial_shapes=torch.cat(spatial_shapes).view(-1, 2), level_sizes=shapes,
             reference_points=references, level_start_index=None,
             valid_ratios=references.new_ones((batch_size, self.num_encoder_levels, 2)))
         memory = memory.permute(0, 2, 1)
