@@ -24,7 +24,9 @@ def latency_row(args, name: str, model, session, x: torch.Tensor, path: str, sec
     """What one export measured; PyTorch and ORT latencies with ``args.rounds`` > 0."""
     from mmvit5.deploy.onnx import graph_ops, run_session
     ops = graph_ops(path)
-    row = dict(config=name, part=args.part, kind=getattr(model, 'kind', args.part),
+    options = ' '.join(f'{k}={v}' for k, v in (args.cfg_options or {}).items())
+    row = dict(config=name, options=options, part=args.part,
+               kind=getattr(model, 'kind', args.part),
                input=f'{x.shape[0]}x{x.shape[2]}x{x.shape[3]}', dynamic=args.dynamic,
                dynamic_batch=args.dynamic_batch,
                file=path, mib=os.path.getsize(path) / 2**20, export_s=seconds,
@@ -74,14 +76,15 @@ def add_row(path: str, row: dict, command: str) -> None:
     row = dict(row, command=command, date=time.strftime('%Y-%m-%d', time.gmtime()),
                commit=git_commit(osp.dirname(osp.abspath(__file__))), machine=machine(),
                torch=torch.__version__)
-    key = ('config', 'part', 'input', 'dynamic')
-    data['rows'] = [r for r in data['rows'] if any(r[k] != row[k] for k in key)] + [row]
+    key = ('config', 'options', 'part', 'input', 'dynamic')
+    data['rows'] = [r for r in data['rows'] if any(r.get(k) != row[k] for k in key)] + [row]
     machines = sorted({r['machine'] for r in data['rows']})
     data['meta'] = dict(machine='; '.join(machines), date=max(r['date'] for r in data['rows']),
                         commit=', '.join(sorted({r['commit'] for r in data['rows']})),
                         command='python tools/export_onnx.py CONFIG --shape H W --batch B '
                         f'--json {path}', note='float32, random weights, ONNX Runtime '
-                        'CPUExecutionProvider; medians of alternated rounds')
+                        'CPUExecutionProvider, PyTorch eager; medians of alternated rounds on a '
+                        'machine other jobs share: the ratios are rough')
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     with open(path, 'w') as f:
         json.dump(data, f, indent=1)
@@ -95,7 +98,8 @@ def latency_table(data: dict) -> str:
         graph = ('dynamic' if row['dynamic'] else 'fixed') + \
             f' {row["input"]}, {row["mib"]:,.1f} MiB, {row["nodes"]} nodes'
         errors = ', '.join(f'{e:.1e} at {size}' for size, e in row['errors'].items())
-        lines.append(f'| {row["kind"]} | `{row["config"]}` | {graph} | {errors} | '
+        options = f' ({row["options"]})' if row.get('options') else ''
+        lines.append(f'| {row["kind"]} | `{row["config"]}`{options} | {graph} | {errors} | '
                      f'{row["pytorch_ms"]:,.1f} ms | {row["ort_ms"]:,.1f} ms | '
                      f'{row["ort_ms"] / row["pytorch_ms"]:.2f} |')
     return '\n'.join(lines)

@@ -170,6 +170,7 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
     checkpoint of the whole model) or random ones (the backbone's pretrained file is not
     read): enough to check and time a graph."""
     from mmengine.logging import MMLogger
+    from mmengine.registry import DefaultScope
     from mmengine.runner import load_checkpoint
     is_seg = cfg.get('default_scope') == 'mmseg' or 'decode_head' in cfg.model
     if is_seg:
@@ -180,7 +181,9 @@ def build_model(cfg, checkpoint: Optional[str] = None) -> nn.Module:
         from mmdet.utils import register_all_modules
     register_all_modules(init_default_scope=False)
     cfg.model.backbone.init_cfg = None
-    model = MODELS.build(cfg.model)
+    # the scope the runner would set: parts built inside (data preprocessors) resolve there
+    with DefaultScope.overwrite_default_scope('mmseg' if is_seg else 'mmdet'):
+        model = MODELS.build(cfg.model)
     if checkpoint:
         loaded = load_checkpoint(model, checkpoint, map_location='cpu', strict=True)
         meta = loaded.get('meta', {}).get('dataset_meta')
