@@ -48,7 +48,8 @@ class Deployed(nn.Module):
 
     Args:
         preprocess (Preprocess): Channel order, mean/std, padding.
-        task (nn.Module): Takes the padded batch and the image's (height, width).
+        task (nn.Module): ``task(x, height, width)``: the padded batch (N, 3, H', W') and
+            the images' height and width (ints, symbolic under export).
         kind (str): ``semantic``, ``depth``, ``instances`` or ``panoptic``.
         metadata (dict): Written into the ONNX file (classes, palette, settings that
             post-processing reads).

@@ -176,13 +176,20 @@ def complex_values(path: str) -> List[str]:
     return found
 
 
-def ort_session(path: str, threads: Optional[int] = None, arena: bool = True):
+def ort_session(path: str, threads: Optional[int] = None, arena: bool = True,
+                spinning: bool = False):
     """An ONNX Runtime CPU session of ``path`` (CUDA first when onnxruntime-gpu has it) with
     full graph optimisation and ``threads`` intra-op threads (default: torch's). ``arena=False``
-    returns a run's CPU buffers when it ends, for many sessions side by side."""
+    returns a run's CPU buffers when it ends, for many sessions side by side. ``spinning``
+    keeps ONNX Runtime's idle threads busy-waiting after a run (its default, quicker for runs
+    back to back); off here, where its runs alternate with PyTorch's, whose threads the
+    spinning ones would otherwise take the cores from (the toy models timed 10-30x slower in
+    PyTorch right after ONNX Runtime on 2 cores)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.enable_cpu_mem_arena = arena
+    if not spinning:
+        options.add_session_config_entry('session.intra_op.allow_spinning', '0')
     options.intra_op_num_threads = threads or torch.get_num_threads()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # constant-folding notes on every load are not problems
