@@ -19,6 +19,7 @@ Kinds of results files:
 * ``tools/benchmark.py --versus CHECKOUT --json`` output: ``versus_table`` (two checkouts'
   rows side by side: ``cpu_training/checkpointing.json``);
 * ``test_suite.json`` (``tools/run_tests.sh`` after a run of the whole suite): ``test_suite``;
+* ``tools/export_onnx.py --json`` rows (``onnx_latency.json``): ``onnx-latency``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
   copied cell by cell with the commit that reported them (``tables``).
@@ -34,6 +35,7 @@ from .breakdown import Launches, PartTime, Saved, launches_table, part_table, sa
 from .coco_eval import speedup_table
 from .components import Component, ComponentTimes
 from .kernel_compile import Compiled, compiled_table
+from .onnx_latency import latency_table
 from .report import components_tables
 from .results import NOT_RECORDED, fill_table, load_runs, results_table
 from .targets import Target, targets_table
@@ -207,6 +209,7 @@ TABLES: Dict[str, Table] = {
     'components-224-512': Table('transcribed/components_224_512.json', transcribed),
     'components-512-1024': Table('transcribed/components_512_1024.json', transcribed),
     'onnx-export': Table('transcribed/onnx_export_2026-12-04.json', transcribed),
+    'onnx-latency': Table('onnx_latency.json', latency_table, settings=False),
     'learning-curves': Table('learning_curves.json', learning),
     'kernel-compile': Table('kernel_compile.json', kernels),
     'coco-eval': Table('coco_eval.json', speedup_table),

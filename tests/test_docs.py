@@ -28,10 +28,8 @@ PAGES = [osp.join(REPO, 'README.md'),
          *sorted(glob.glob(osp.join(REPO, 'docs', 'en', '**', '*.md'), recursive=True))]
 BLOCK = re.compile(r'^```python\n(.*?)^```', re.DOTALL | re.MULTILINE)
 # blocks that need a file another test makes, and that test runs them
-RUN_ELSEWHERE = {
-    'docs/en/user_guides/onnx.md#0': 'tests/test_deploy.py runs it on the graph it exports',
-    'docs/en/user_guides/onnx.md#1': 'tests/test_two_stage_onnx.py runs it on the Mask R-CNN '
-                                     'graph it exports'}
+RUN_ELSEWHERE = {f'docs/en/user_guides/onnx.md#{i}': 'tests/test_deploy_tasks.py runs it on '
+                 'the graph it exports' for i in range(4)}
 
 
 def python_blocks():

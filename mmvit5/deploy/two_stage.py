@@ -199,8 +199,7 @@ class TwoStageInstances(nn.Module):
             list(e) if isinstance(e, nn.ModuleList) else [e] * len(self.bbox_heads)
             for e in extractors)
 
-    def forward(self, x: Tensor, image_size: Sequence) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-        height, width = image_size
+    def forward(self, x: Tensor, height, width) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         feats = self.detector.extract_feat(x)
         proposals, valid = self.propose(feats, height, width)
         boxes, scores, labels = self.detect(feats, proposals, valid, height, width)

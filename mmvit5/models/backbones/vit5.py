@@ -86,6 +86,8 @@ class ViT5(ViT5TimmApi, BaseModule):
                                           register_grid(cfg.num_registers)) \
             if cfg.use_rope and cfg.num_registers else None
         self._rope_cache: Dict[tuple, Optional[torch.Tensor]] = {}
+        # grid -> (resized pos_embed, RoPE table) read as constants (fix_tables)
+        self._fixed_tables: Dict[Tuple[int, int], tuple] = {}
 
         if cfg.drop_path_schedule == 'uniform':
             rates = [cfg.drop_path_rate] * depth
@@ -230,6 +232,25 @@ class ViT5(ViT5TimmApi, BaseModule):
             self._rope_cache[key] = table
         return table
 
+    def fix_tables(self, grid: Tuple[int, int]) -> None:
+        """Keep ``grid``'s resized absolute embedding and RoPE table as constants that
+        forward reads at that grid, eager or exported: a fixed-size ONNX graph then holds them
+        as initializers, with no sin/cos, resize or position arithmetic (what TensorRT needs,
+        :mod:`mmvit5.deploy`). For deployed copies: the constants do not follow later
+        training."""
+        grid = (int(grid[0]), int(grid[1]))
+        device = self.cls_token.device
+        with torch.no_grad():
+            pos = None if self.pos_embed is None else \
+                resize_pos_embed(self.pos_embed, self.pretrain_grid, grid).clone()
+            rope = self.rope_table(grid, self.cls_token.dtype, device,
+                                   windows=self.token_order(grid, device), cache=False)
+        self._fixed_tables[grid] = (pos, rope)
+
+    def _fixed(self, grid: Tuple[int, int]) -> Optional[tuple]:
+        # never looked up with symbolic sides: graphs with dynamic sides fix no tables
+        return self._fixed_tables.get(grid) if self._fixed_tables else None
+
     def _check_input(self, x: torch.Tensor) -> None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f'ViT5 expects one (B, C, H, W) tensor, got {type(x).__name__}; '
@@ -261,9 +282,12 @@ class ViT5(ViT5TimmApi, BaseModule):
         (B, T, C); returns it and the patch grid."""
         x, grid = self.patch_embed(x)
         if self.pos_embed is not None:
+            fixed = self._fixed(grid)
+            if fixed:
+                x = x + fixed[0]
             # an exported graph always resizes (bicubic at scale 1 is the identity): comparing
             # its symbolic grid would pin the graph to the example input's
-            if plan.exporting or grid != self.pretrain_grid:
+            elif plan.exporting or grid != self.pretrain_grid:
                 x = x + resize_pos_embed(self.pos_embed, self.pretrain_grid, grid)
             else:
                 x = x + self.pos_embed
@@ -331,8 +355,9 @@ class ViT5(ViT5TimmApi, BaseModule):
         # Graphs compute the table instead of looking it up: torch.export would pin a cached
         # key's grid to the example input's, and torch.compile would guard on the cache's
         # contents, so the step that fills it would recompile the whole model
-        rope = self.rope_table(grid, self.cls_token.dtype, x.device, num_registers, windows,
-                               cache=not plan.traced)
+        fixed = self._fixed(grid) if num_registers in (None, self.num_registers) else None
+        rope = fixed[1] if fixed else self.rope_table(
+            grid, self.cls_token.dtype, x.device, num_registers, windows, cache=not plan.traced)
         x = permute_tokens(x, None if windows is None else windows.order)
         outs = {}
         for i, block in enumerate(self.blocks[:max(indices) + 1]):

@@ -7,7 +7,6 @@ from mmcv.cnn import ConvModule
 from mmseg.models.decode_heads.decode_head import BaseDecodeHead
 from mmseg.models.decode_heads.dpt_head import FeatureFusionBlock, ReassembleBlocks
 from mmseg.models.decode_heads.vpd_depth_head import VPDDepthHead
-from mmseg.models.utils import resize
 from mmseg.registry import MODELS
 
 
@@ -88,7 +87,3 @@ class DPTDepthHead(VPDDepthHead):
         for fusion, skip in zip(self.fusions[1:], levels[-2::-1]):
             out = fusion(out, skip)
         return torch.sigmoid(self.depth(out)) * self.max_depth
-
-    def predict_by_feat(self, depth: torch.Tensor, batch_img_metas: List[dict]) -> torch.Tensor:
-        return resize(depth, size=batch_img_metas[0]['img_shape'], mode='bilinear',
-                      align_corners=self.align_corners)
