@@ -75,6 +75,16 @@ def assert_same_training_state(ours, theirs) -> None:
     assert ours['param_schedulers'] == theirs['param_schedulers']
 
 
+def guide_snippets(page):
+    """The python snippets of ``docs/en/<page>`` whose first line is ``# <name> ...``, by name
+    (onnx.md has one per task)."""
+    with open(osp.join(REPO, 'docs', 'en', page)) as f:
+        text = f.read()
+    return {re.match(r'# (\w+)', s)[1]: s
+            for s in re.findall(r'^```python\n(.*?)^```', text, re.DOTALL | re.MULTILINE)
+            if re.match(r'# (\w+)', s)}
+
+
 def tool(name):
     return [sys.executable, osp.join(REPO, 'tools', name)]
 

@@ -72,8 +72,10 @@ def test_graph_pads_where_the_shipped_config_pads(name, pads):
     cfg = Config.fromfile(config(name))
     import mmdet.registry
     import mmseg.registry
+    from mmengine.registry import DefaultScope
     registry = (mmseg if cfg.default_scope == 'mmseg' else mmdet).registry.MODELS
-    preprocessor = registry.build(cfg.model.data_preprocessor)
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):  # whatever ran before
+        preprocessor = registry.build(cfg.model.data_preprocessor)
     holder = nn.Module()
     holder.data_preprocessor = preprocessor
     preprocess = Preprocess.from_model(holder)

@@ -9,7 +9,6 @@ through both, and the config's own evaluator scores both sets of predictions.
 """
 import os
 import os.path as osp
-import re
 
 import cv2
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from conftest import REPO, config
+from conftest import REPO, config, guide_snippets
 from mmvit5.deploy import OUTPUTS, deploy, example_input, export_onnx, graph_ops
 from mmvit5.deploy.onnx import output_errors
 from mmvit5.deploy.predict import OnnxModel, evaluate
@@ -266,21 +265,12 @@ def test_fixed_size_graph_holds_constant_rope_for_tensorrt(trained):
         assert any(c.size == part.size and np.allclose(c, part) for c in constants)
 
 
-def snippets():
-    """The ONNX Runtime snippets of onnx.md, by the task named in their first line."""
-    with open(osp.join(REPO, 'docs', 'en', 'user_guides', 'onnx.md')) as f:
-        text = f.read()
-    return {re.match(r'# (\w+)', s)[1]: s
-            for s in re.findall(r'^```python\n(.*?)^```', text, re.DOTALL | re.MULTILINE)
-            if re.match(r'# (\w+)', s)}
-
-
 @pytest.mark.parametrize('task, toy_name', [('semantic', 'upernet'), ('depth', 'depth'),
                                             ('instances', 'instances'),
                                             ('panoptic', 'panoptic')])
 def test_guide_snippet_runs(trained, tmp_path, monkeypatch, task, toy_name):
     toy = trained(toy_name)
-    snippet = snippets()[task]
+    snippet = guide_snippets('user_guides/onnx.md')[task]
     assert 'model.onnx' in snippet
     monkeypatch.chdir(tmp_path)
     os.symlink(toy.onnx, tmp_path / 'model.onnx')
@@ -295,7 +285,9 @@ def test_guide_snippet_runs(trained, tmp_path, monkeypatch, task, toy_name):
         np.testing.assert_array_equal(namespace['depth'], expected['depth'][0, 0])
     elif task == 'instances':
         keep = expected['scores'][0] > 0.3
-        np.testing.assert_array_equal(namespace['labels'], expected['labels'][0][keep])
+        (image, ) = namespace['found']
+        np.testing.assert_array_equal(image['labels'], expected['labels'][0][keep])
+        np.testing.assert_array_equal(image['masks'], expected['masks'][0][keep] >= 0.5)
     else:  # the guide reads the settings from the file's metadata
         from mmvit5.deploy.panoptic import panoptic_map
         metadata = toy.ort.metadata

@@ -3,8 +3,6 @@ against mmdet's own test_step on briefly trained toys, at sides that are not mul
 and at batch 2, and COCO mAP from ONNX Runtime's predictions on the toy val set."""
 import contextlib
 import copy
-import os.path as osp
-import re
 
 import cv2
 import numpy as np
@@ -13,8 +11,9 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config
 
-from conftest import REPO, config
-from mmvit5.deploy import ort_session, pad_to_multiple
+from conftest import config, guide_snippets
+from mmvit5.deploy import deploy, export_onnx, ort_session
+from mmvit5.deploy.predict import OnnxModel
 from mmvit5.deploy.two_stage import (
     TwoStageInstances,
     batched_nms_keep,
@@ -30,22 +29,6 @@ OUTPUTS = ['boxes', 'scores', 'labels', 'masks']
 CROP = 128  # training crops: the toy images are 160 px at most
 # sides that are not multiples of 32, each one in a batch of two val images
 SIDES = [(118, 141), (150, 97)]
-
-
-class ImageToInstances(nn.Module):
-    """The config's data preprocessor (BGR -> RGB, mean / std, padding) in front of
-    TwoStageInstances: the graph takes the loader's image (N, 3, H, W), 0-255."""
-
-    def __init__(self, detector: nn.Module) -> None:
-        super().__init__()
-        self.preprocessor = detector.data_preprocessor
-        self.instances = TwoStageInstances(detector)
-
-    def forward(self, image: torch.Tensor):
-        pre = self.preprocessor
-        x = image.flip(1) if pre._channel_conversion else image
-        x = pad_to_multiple((x - pre.mean) / pre.std, pre.pad_size_divisor, pre.pad_value)
-        return self.instances(x, image.shape[2:])
 
 
 def toy_training(cfg: Config, root, work_dir: str, iters: int):
@@ -91,13 +74,10 @@ def toy_training(cfg: Config, root, work_dir: str, iters: int):
     return runner.model.eval(), cfg
 
 
-def export(module: nn.Module, example: torch.Tensor, path: str, dynamic: bool) -> str:
-    side = torch.export.Dim.DYNAMIC(min=2, max=4096)
-    with torch.no_grad():
-        program = torch.export.export(module, (example, ), strict=False,
-                                      dynamic_shapes=({2: side, 3: side}, ) if dynamic else None)
-        torch.onnx.export(program, (example, ), dynamo=True, opset_version=18,
-                          input_names=['image'], output_names=OUTPUTS).save(path)
+def export(model, cfg, example: torch.Tensor, path: str, dynamic: bool) -> str:
+    """The whole model as tools/export_onnx.py --part model writes it: the config's
+    preprocessing (BGR -> RGB, mean / std, padding) in front of TwoStageInstances."""
+    export_onnx(deploy(model, cfg, dynamic=dynamic), example, path, dynamic=dynamic)
     return path
 
 
@@ -110,7 +90,7 @@ def maskrcnn(toy_root, tmp_path_factory):
     cfg.model.backbone.arch.depth = 1
     model, cfg = toy_training(cfg, toy_root, str(work), iters=60)
     example = torch.randint(0, 256, (2, 3, *SIDES[0])).float()
-    path = export(ImageToInstances(model).eval(), example, str(work / 'maskrcnn.onnx'), True)
+    path = export(model, cfg, example, str(work / 'maskrcnn.onnx'), True)
     return model, cfg, path
 
 
@@ -132,7 +112,7 @@ def cascade(toy_root, tmp_path_factory):
         stage.sampler.update(num=64, pos_fraction=0.5)
     model, cfg = toy_training(cfg, toy_root, str(work), iters=60)
     example = torch.randint(0, 256, (2, 3, *SIDES[0])).float()
-    path = export(ImageToInstances(model).eval(), example, str(work / 'cascade.onnx'), False)
+    path = export(model, cfg, example, str(work / 'cascade.onnx'), False)
     return model, cfg, path
 
 
@@ -236,28 +216,26 @@ def test_cascade_onnx_equals_test_step(cascade, toy_root):
     assert_same_instances(mmdet_predictions(model, images), outputs, 'cascade')
 
 
-def coco_metrics(model, cfg, session=None):
-    """bbox and segm mAP on the toy val set, of test_step's predictions or, with ``session``,
-    of ONNX Runtime's (each image fed twice: the graph's batch is 2)."""
+def coco_metrics(model, cfg, onnx_model=None):
+    """bbox and segm mAP on the toy val set, of test_step's predictions or, with
+    ``onnx_model``, of ONNX Runtime's through :class:`OnnxModel` (each image fed twice: the
+    graph's batch is 2)."""
     from mmengine.evaluator import Evaluator
     from mmengine.runner import Runner
     loader = Runner.build_dataloader(cfg.val_dataloader)
     evaluator = Evaluator(copy.deepcopy(cfg.val_evaluator))
     evaluator.dataset_meta = loader.dataset.metainfo
     for data in loader:
-        with torch.no_grad(), stable_sort():
-            samples = model.test_step(data) if session is None else data['data_samples']
-        if session is not None:
-            image = data['inputs'][0].float()[None].expand(2, -1, -1, -1).numpy()
-            boxes, scores, labels, masks = session.run(None, {'image': image})
-            for k, output in enumerate((boxes, scores, labels, masks)):
-                assert np.array_equal(output[0], output[1]), OUTPUTS[k]  # batch rows agree
-            from mmengine.structures import InstanceData
-            keep = scores[0] > 0
-            samples[0].pred_instances = InstanceData(
-                bboxes=torch.from_numpy(boxes[0, keep]), scores=torch.from_numpy(scores[0, keep]),
-                labels=torch.from_numpy(labels[0, keep]),
-                masks=torch.from_numpy(masks[0, keep].astype(bool)))
+        if onnx_model is None:
+            with torch.no_grad(), stable_sort():
+                samples = model.test_step(data)
+        else:
+            twice = dict(inputs=data['inputs'] * 2, data_samples=data['data_samples'] * 2)
+            samples = onnx_model.predict(twice)
+            for name in ('bboxes', 'scores', 'labels', 'masks'):  # the batch rows agree
+                assert torch.equal(samples[0].pred_instances.get(name),
+                                   samples[1].pred_instances.get(name)), name
+            samples = samples[:1]
         evaluator.process(samples, data)
     return evaluator.evaluate(len(loader.dataset))
 
@@ -266,7 +244,7 @@ def coco_metrics(model, cfg, session=None):
 def test_maskrcnn_onnx_coco_map_equals_pytorch(maskrcnn):
     model, cfg, path = maskrcnn
     expected = coco_metrics(model, cfg)
-    ours = coco_metrics(model, cfg, ort_session(path))
+    ours = coco_metrics(model, cfg, OnnxModel(path))
     keys = ('coco/bbox_mAP', 'coco/segm_mAP', 'coco/bbox_mAP_50', 'coco/segm_mAP_50')
     print('COCO on the toy val, PyTorch / ONNX Runtime:',
           ', '.join(f'{k} {expected[k]} / {ours[k]}' for k in keys))
@@ -276,22 +254,25 @@ def test_maskrcnn_onnx_coco_map_equals_pytorch(maskrcnn):
 
 
 @pytest.mark.slow  # trains a toy and exports it (session fixture)
-def test_guide_snippet_runs_the_instances_graph(maskrcnn, toy_root, monkeypatch, capsys):
+def test_guide_snippet_runs_the_instances_graph(maskrcnn, toy_root, tmp_path, monkeypatch):
+    """onnx.md's instances snippet, as written, on the batch-2 Mask R-CNN graph."""
     _, _, path = maskrcnn
-    with open(osp.join(REPO, 'docs', 'en', 'user_guides', 'onnx.md')) as f:
-        section = f.read().split('## Mask R-CNN and Cascade', 1)[1]
-    snippet = re.search(r'^```python\n(.*?)^```', section, re.DOTALL | re.MULTILINE)[1]
-    default = 'work_dirs/onnx/vit5_maskrcnn_coco_model.onnx'
-    assert default in snippet and "paths = ['demo.jpg']" in snippet
+    snippet = guide_snippets('user_guides/onnx.md')['instances']
+    assert "paths = ['demo.jpg']" in snippet
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'model.onnx').symlink_to(path)
     images = val_images(toy_root, SIDES[1])
-    paths = [str(toy_root / f'snippet{i}.jpg') for i in range(2)]
+    paths = [f'snippet{i}.png' for i in range(2)]  # lossless: the same pixels as ``images``
     for p, image in zip(paths, images):
         cv2.imwrite(p, image.permute(1, 2, 0).numpy())
-    snippet = snippet.replace(default, path).replace("paths = ['demo.jpg']", f'paths = {paths}')
     namespace = {}
-    exec(compile(snippet, 'onnx.md', 'exec'), namespace)
-    assert namespace['masks'].shape == (2, 20, *SIDES[1])
-    assert 'score' in capsys.readouterr().out
+    exec(compile(snippet.replace("paths = ['demo.jpg']", f'paths = {paths}'), 'onnx.md',
+                 'exec'), namespace)
+    boxes, scores, labels, masks = ort_session(path).run(None, {'image': images.float().numpy()})
+    assert len(namespace['found']) == 2
+    for image, s, c, m in zip(namespace['found'], scores, labels, masks):
+        np.testing.assert_array_equal(image['labels'], c[s > 0.3])
+        np.testing.assert_array_equal(image['masks'], m[s > 0.3] >= 0.5)
 
 
 def test_unsupported_heads_are_refused_by_name():

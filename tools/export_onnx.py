@@ -70,8 +70,10 @@ def default_shape(cfg) -> Tuple[int, int]:
     return tuple(size) if size else (512, 512)
 
 
-def check_shapes(args: argparse.Namespace, shape: Tuple[int, int]) -> List[Tuple[int, ...]]:
-    """(B, 3, H, W) shapes to compare ORT and PyTorch at."""
+def check_shapes(args: argparse.Namespace, shape: Tuple[int, int],
+                 batch_fixed: bool = False) -> List[Tuple[int, ...]]:
+    """(B, 3, H, W) shapes to compare ORT and PyTorch at (the export's batch only where
+    ``batch_fixed``)."""
     if args.check_shapes:
         specs = [tuple(int(v) for v in spec.split('x')) for spec in args.check_shapes.split(',')]
         shapes = [(args.batch, 3, *s) if len(s) == 2 else (s[0], 3, *s[1:]) for s in specs]
@@ -80,14 +82,19 @@ def check_shapes(args: argparse.Namespace, shape: Tuple[int, int]) -> List[Tuple
         # a graph that only took multiples went wrong, and another batch
         d = args.size_divisor or 32
         shapes = [(args.batch, 3, *shape)] + ([
-            (args.batch + 1, 3, shape[0] + d + d // 3, shape[1] + 2 * d - 1),
+            (args.batch + (not batch_fixed), 3, shape[0] + d + d // 3, shape[1] + 2 * d - 1),
             (args.batch, 3, 3 * d + 5, 2 * d + 3 * d // 4)] if args.dynamic else [])
     for found in shapes:
+        spec = 'x'.join(map(str, found))
+        if batch_fixed and found[0] != args.batch:
+            raise SystemExit(f'--check-shapes {spec}: the graph runs NMS image by image, so its '
+                             f'batch is the export\'s, {args.batch}; export with --batch '
+                             f'{found[0]} to check that batch')
         if not args.dynamic and found[1:] != (3, *shape) or \
                 not (args.dynamic or args.dynamic_batch) and found[0] != args.batch:
-            raise SystemExit(f'--check-shapes {"x".join(map(str, found))}: a static graph only '
-                             f'takes {args.batch}x{shape[0]}x{shape[1]}; export with '
-                             '--dynamic (or --dynamic-batch) to check others')
+            raise SystemExit(f'--check-shapes {spec}: a static graph only takes '
+                             f'{args.batch}x{shape[0]}x{shape[1]}; export with --dynamic (or '
+                             '--dynamic-batch) to check others')
     return shapes
 
 
@@ -121,13 +128,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         model = build_part(cfg, args.part, args.checkpoint, args.size_divisor, args.dynamic)
     except NotExportable as e:
         raise SystemExit(f'{args.config}: {e}') from None
+    batch_fixed = getattr(model, 'batch_fixed', False)
+    if args.dynamic_batch and batch_fixed:
+        raise SystemExit(f'{args.config}: the graph runs NMS image by image, so its batch is '
+                         f'the export\'s (--batch, {args.batch}); drop --dynamic-batch')
     x = example_input((args.batch, 3, *shape), args.part)
     begin = time.perf_counter()
     export_onnx(model, x, out, dynamic=args.dynamic, size_divisor=model.size_divisor or 16,
                 static_rope=args.static_rope or None, dynamic_batch=args.dynamic_batch)
     seconds = time.perf_counter() - begin
     session = ort_session(out, args.threads)
-    errors = errors_at(model, session, check_shapes(args, shape), args.part)
+    errors = errors_at(model, session, check_shapes(args, shape, batch_fixed), args.part)
     row = latency_row(args, name, model, session, x, out, seconds, errors)
     print_report(row, args.atol)
     if args.part == 'model' and args.size_divisor:

@@ -72,6 +72,11 @@ class Deployed(nn.Module):
     def size_divisor(self) -> Optional[int]:
         return self.preprocess.size_divisor
 
+    @property
+    def batch_fixed(self) -> bool:
+        """Whether the graph's batch must be the example's (two-stage detectors)."""
+        return getattr(self.task, 'batch_fixed', False)
+
     def forward(self, image: torch.Tensor):
         return self.task(self.preprocess(image), image.shape[2], image.shape[3])
 
@@ -125,7 +130,7 @@ def dataset_meta(cfg, model: nn.Module) -> Dict[str, object]:
     """Classes and palette: the checkpoint's, else the config's test dataset's (its class's
     ``METAINFO`` updated by the config's ``metainfo``, as the dataset merges them)."""
     meta = dict(getattr(model, 'dataset_meta', None) or {})
-    dataset = cfg.get('test_dataloader', {}).get('dataset', {})
+    dataset = (cfg.get('test_dataloader') or {}).get('dataset') or {}  # None: a train-only cfg
     if 'classes' not in meta and dataset.get('type'):
         registry = __import__(f'{cfg.get("default_scope", "mmdet")}.registry',
                               fromlist=['DATASETS']).DATASETS

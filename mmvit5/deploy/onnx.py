@@ -40,7 +40,8 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
         example (Tensor): (B, 3, H, W) example input; B and H x W are fixed in a static
             graph.
         path (str): Output ``.onnx`` file.
-        dynamic (bool): Symbolic batch, H and W (up to ``max_side``): any side for a model
+        dynamic (bool): Symbolic batch (the example's for a model whose ``batch_fixed`` is
+            true: two-stage detectors), H and W (up to ``max_side``): any side for a model
             that pads its input itself or needs no padding (the whole model; a backbone
             part with a ``size_divisor``), else multiples of ``size_divisor`` from twice it;
             False fixes the example's shape.
@@ -55,10 +56,12 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
         static_rope (bool, optional): Fold ViT5's RoPE tables and resized position
             embeddings into constants for the example's size (``ViT5.fix_tables``). None:
             on for static graphs; True with ``dynamic`` is refused.
-        dynamic_batch (bool): With fixed sides, a symbolic batch.
+        dynamic_batch (bool): With fixed sides, a symbolic batch (refused where the model's
+            batch is fixed).
 
     Raises:
-        ValueError: On ``static_rope`` with ``dynamic``, an example side (dynamic, a part
+        ValueError: On ``static_rope`` with ``dynamic``, ``dynamic_batch`` for a model
+            whose batch is fixed, an example side (dynamic, a part
             that does not pad) that is not a multiple of ``size_divisor`` or is below twice
             it (:func:`check_sides`), or a graph that holds complex values or operators
             outside the default ONNX domain.
@@ -67,6 +70,11 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
         raise ValueError('static_rope folds the RoPE tables of one input size into the graph; '
                          'a dynamic graph computes them from its symbolic size: drop one of '
                          'the two (--static-rope, --dynamic)')
+    batch_fixed = getattr(model, 'batch_fixed', False)
+    if dynamic_batch and batch_fixed:
+        raise ValueError(f'{type(model).__name__} runs NMS image by image: its graph takes the '
+                         f'example\'s batch ({example.shape[0]}) only; drop --dynamic-batch '
+                         'and export with --batch N')
     # the exported copy is rewritten (exportable, fixed tables); ``model`` stays the reference
     model = copy.deepcopy(model).eval()
     exportable(model)
@@ -77,7 +85,8 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
         # sides that are not multiples are padded in the graph: its shape arithmetic (ceil
         # division) is beyond what torch.export proves for a named Dim, DYNAMIC accepts it
         side = torch.export.Dim.DYNAMIC(min=2, max=max_side)
-        dynamic_shapes = ({0: torch.export.Dim.DYNAMIC, 2: side, 3: side}, )
+        dynamic_shapes = ({2: side, 3: side} if batch_fixed else
+                          {0: torch.export.Dim.DYNAMIC, 2: side, 3: side}, )
     elif dynamic:
         check_sides(example.shape[2:], size_divisor)
         units = max_side // size_divisor
@@ -86,7 +95,7 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
                            3: size_divisor * torch.export.Dim('w', min=2, max=units)}, )
     elif dynamic_batch:
         dynamic_shapes = ({0: torch.export.Dim.DYNAMIC}, )
-    if dynamic_shapes and example.shape[0] == 1:
+    if dynamic_shapes and 0 in dynamic_shapes[0] and example.shape[0] == 1:
         example = torch.cat((example, example))  # torch.export fixes a batch of 1
     names = output_names(model, example)
     with torch.no_grad():

@@ -107,7 +107,8 @@ class OnnxModel:
         anew (its score is class probability times mean mask probability)."""
         if not self.metadata.get('boxes_from_masks'):
             scale = out['boxes'].new_tensor(sample.scale_factor).repeat(2)
-            masks = _resize(out['masks'][None], sample.ori_shape)[0]
+            # 0/1 (uint8) or probabilities, at the input size; mmdet pastes at the original
+            masks = _resize(out['masks'][None].float(), sample.ori_shape)[0]
             sample.pred_instances = self._instance_data(out['boxes'] / scale, out['scores'],
                                                         out['labels'], masks)
             return

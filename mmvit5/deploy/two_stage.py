@@ -183,6 +183,9 @@ class TwoStageInstances(nn.Module):
         ValueError: For a detector part this module does not cover, naming it and why.
     """
 
+    # NMS and the top-K selections run image by image: the exported batch is the example's
+    batch_fixed = True
+
     def __init__(self, detector: nn.Module, max_per_img: int = None) -> None:
         super().__init__()
         check_exportable(detector)
