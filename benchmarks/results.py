@@ -101,7 +101,9 @@ class Run:
 
 
 def git_commit(path: str) -> str:
-    """Short commit of the checkout holding ``path``, '+dirty' with uncommitted changes.
+    """Short commit of the checkout holding ``path``, '+dirty' with uncommitted changes
+    outside ``results/`` (what the tools write while measuring does not change the code
+    measured: the second row of a results file would otherwise name a dirty commit).
 
     ``MMVIT5_COMMIT`` wins where set: a copy of the checkout without ``.git`` (a lent GPU
     machine gets the working tree only) can still name what it measured.
@@ -113,7 +115,8 @@ def git_commit(path: str) -> str:
                               check=True).stdout.strip()
     try:
         commit = git('rev-parse', '--short', 'HEAD')
-        dirty = git('status', '--porcelain', '--untracked-files=no')
+        dirty = git('status', '--porcelain', '--untracked-files=no', '--', '.',
+                    ':(top,exclude)results')
     except (OSError, subprocess.CalledProcessError):
         return 'unknown (not a git checkout)'
     return commit + ('+dirty' if dirty else '')
