@@ -16,7 +16,7 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from conftest import REPO, config, guide_snippets
+from conftest import REPO, config, guide_snippets, small_mask2former
 from mmvit5.deploy import OUTPUTS, deploy, example_input, export_onnx, graph_ops
 from mmvit5.deploy.onnx import output_errors
 from mmvit5.deploy.predict import OnnxModel, evaluate
@@ -40,13 +40,11 @@ TASKS = {
 }
 
 
-def small_mask2former(cfg: Config) -> None:
-    """One encoder and one decoder layer, 10 queries: what the toy Mask2Former shrinks, less."""
-    head = cfg.model.get('panoptic_head') or cfg.model.decode_head
-    head.num_queries = 10
-    head.pixel_decoder.encoder.num_layers = 1
-    head.transformer_decoder.num_layers = 1
+def comparable_mask2former(cfg: Config) -> None:
+    """small_mask2former, with the panoptic test settings that the ONNX comparisons need."""
+    small_mask2former(cfg.model)
     if 'panoptic_fusion_head' in cfg.model:
+        head = cfg.model.panoptic_head
         # every (query, class) pair: no pair sits at the top-K boundary, where float noise
         # could swap two equal class probabilities between PyTorch and ONNX Runtime
         cfg.model.test_cfg.max_per_image = head.num_queries * head.num_things_classes
@@ -95,7 +93,7 @@ def prepare(name: str, work: str) -> Config:
     cfg.merge_from_dict(overrides)
     shrink_model(cfg.model, embed_dim=32, depth=1, num_heads=2, width=16)
     if 'Mask2Former' in cfg.model.type + cfg.model.get('decode_head', {}).get('type', ''):
-        small_mask2former(cfg)
+        comparable_mask2former(cfg)
     fixed_size_test(cfg)
     cfg.train_dataloader.batch_size = 2
     cfg.train_cfg.update(max_iters=ITERS, val_interval=ITERS + 1)  # the tests evaluate
@@ -145,13 +143,16 @@ class Trained:
 def trained(toy_root, tmp_path_factory):
     """``trained(name)``: the toy ``name`` of TASKS, trained and exported once per session."""
     found = {}
-    for layout in ('coco', 'ade'):  # where the shipped configs look
-        if not (toy_root / 'data' / layout).exists():
-            os.symlink(toy_root / 'data' / 'toy' / layout, toy_root / 'data' / layout)
+    # the toy sets where the toys and the shipped configs look, in a folder of this module's
+    # own: in the shared toy root, data/ade would be read by later tests as the real ADE20K
+    root = tmp_path_factory.mktemp('shipped_layout')
+    (root / 'data').mkdir()
+    for link, target in (('toy', ''), ('coco', 'coco'), ('ade', 'ade')):
+        os.symlink(toy_root / 'data' / 'toy' / target, root / 'data' / link)
 
     def get(name: str) -> Trained:
         if name not in found:
-            found[name] = Trained(name, toy_root, str(tmp_path_factory.mktemp(name)))
+            found[name] = Trained(name, root, str(tmp_path_factory.mktemp(name)))
         return found[name]
 
     return get

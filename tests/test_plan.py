@@ -29,9 +29,11 @@ from mmvit5.models.layers.plan import ExecutionMode, make_plan
 ARCH = dict(embed_dim=64, depth=2, num_heads=2)
 LOSS_SCALE = 2.0**12
 IMAGE = (1, 3, 32, 48)  # a 2 x 3 grid
-# another path in the same dtype: rounding differs (the order of sums, fused casts)
+# another path in the same dtype: rounding differs (the order of sums, fused casts, and the
+# thread count: the math kernel's fp16 QK-Norm bias gradient is 5.4e-3 off on one thread,
+# 3.7e-3 on two; 8 fp16 ulps, about the 6 bf16 ulps that bf16 is given)
 CLOSE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=5e-2, atol=5e-2),
-         torch.float16: dict(rtol=4e-3, atol=4e-3)}
+         torch.float16: dict(rtol=8e-3, atol=8e-3)}
 # the default path in half precision against float32
 TO_FLOAT32 = {torch.float32: CLOSE[torch.float32], torch.bfloat16: dict(rtol=0.1, atol=0.15),
               torch.float16: dict(rtol=2e-2, atol=0.1)}

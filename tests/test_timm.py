@@ -283,12 +283,15 @@ def test_layer_decay_groups_follow_timms_vit():
 def test_timm_backbone_of_mmpretrain_builds_the_same_vit5(released):
     """mmpretrain's TIMMBackbone builds ViT5 itself: its maps are those of the mmdet/mmseg
     backbone loaded from the same released file."""
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     _, folder = released
     path = str(folder / f'{NAME}.pth')
-    timm_backbone = MODELS.build(dict(
-        type='TIMMBackbone', model_name=NAME, features_only=True, out_indices=(0, 2),
-        pretrained=True, pretrained_cfg_overlay=dict(file=path), **TINY))
+    # built in an mmpretrain config's scope, whatever default an earlier test left behind
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        timm_backbone = MODELS.build(dict(
+            type='TIMMBackbone', model_name=NAME, features_only=True, out_indices=(0, 2),
+            pretrained=True, pretrained_cfg_overlay=dict(file=path), **TINY))
     assert type(timm_backbone.timm_model.model) is ViT5
     backbone = ViT5(**TINY, out_indices=(0, 2), init_cfg=dict(type='Pretrained', checkpoint=path))
     backbone.init_weights()
@@ -300,7 +303,8 @@ def test_timm_backbone_of_mmpretrain_builds_the_same_vit5(released):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     # without features_only TIMMBackbone resets the classifier and the pooling: all tokens
-    tokens = MODELS.build(dict(type='TIMMBackbone', model_name=NAME, **TINY))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        tokens = MODELS.build(dict(type='TIMMBackbone', model_name=NAME, **TINY))
     tokens.eval()
     assert type(tokens.timm_model) is ViT5
     with torch.no_grad():
