@@ -131,6 +131,41 @@ def contiguous_roi_align(work_dir: str) -> None:
                                roi_align(x, rois, 7, 0.5, sampling_ratio=0, aligned=True))
 
 
+def format_config_once(work_dir: str) -> None:
+    """A run that logs its config and saves two checkpoints formats it with yapf once."""
+    from mmengine.config import Config
+    from mmengine.model import BaseModel
+    from mmengine.runner import Runner
+    from yapf.yapflib import yapf_api
+
+    class Regressor(BaseModel):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 1)
+
+        def forward(self, inputs, mode='loss'):
+            return dict(loss=self.fc(torch.stack(inputs)).square().mean())
+
+    reformat, calls = yapf_api.reformatter.Reformat, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return reformat(*args, **kwargs)
+
+    yapf_api.reformatter.Reformat = counted
+    cfg = Config(dict(
+        model=dict(type='Regressor'), work_dir=work_dir,
+        train_dataloader=dict(dataset=[dict(inputs=torch.randn(4)) for _ in range(4)],
+                              batch_size=2, num_workers=0,
+                              sampler=dict(type='DefaultSampler', shuffle=False)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_cfg=dict(by_epoch=False, max_iters=2),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1))))
+    Runner(model=Regressor(), **{k: v for k, v in cfg.items() if k != 'model'},
+           cfg=cfg).train()
+    assert len(calls) == 1, f'formatted the same config {len(calls)} times'
+
+
 def skip_unimportable_multimodal(work_dir: str) -> None:
     """mmdet's models import although transformers lacks what mmpretrain's BLIP/CLIP import."""
     import importlib.util

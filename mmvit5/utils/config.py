@@ -3,7 +3,7 @@ import argparse
 import logging
 import os
 import os.path as osp
-from typing import Optional, Sequence, Union
+from typing import Iterator, Optional, Sequence, Union
 
 import torch
 from mmengine.config import Config
@@ -102,7 +102,8 @@ def check_config(cfg: Config, path: str = 'config',
         raise ValueError(f'{path}: default_scope is {scope!r}; inherit an mmdet, mmseg or '
                          "mmpretrain config (e.g. _base_ = ['mmdet::mask_rcnn/...']) or set "
                          f'default_scope to one of {SCOPES}')
-    if 'ViT5' in cfg.pretty_text or 'SimpleFeaturePyramid' in cfg.pretty_text:
+    if any(name.startswith('ViT5') or name == 'SimpleFeaturePyramid'
+           for name in _types(cfg._cfg_dict)):
         imports = (cfg.get('custom_imports') or {}).get('imports', [])
         imports = [imports] if isinstance(imports, str) else list(imports)
         if 'mmvit5' not in imports:
@@ -115,6 +116,20 @@ def check_config(cfg: Config, path: str = 'config',
     splits = ('train', 'val', 'test') if check_data is True else check_data or ()
     for split in splits:
         _check_data_root(cfg.get(f'{split}_dataloader'), f'{split}_dataloader', path)
+
+
+def _types(node) -> Iterator[str]:
+    """Every ``type`` and ``constructor`` named in a config node, at any depth (a class by its
+    name)."""
+    if isinstance(node, dict):
+        for key in ('type', 'constructor'):
+            if key in node:
+                yield getattr(node[key], '__name__', str(node[key]))
+        for value in node.values():
+            yield from _types(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _types(value)
 
 
 def _check_data_root(loader: Optional[dict], name: str, path: str) -> None:
