@@ -130,14 +130,18 @@ def machine() -> str:
     return f'CPU, {os.cpu_count()} cores'
 
 
+def stamped(meta: dict, command: str) -> dict:
+    """``meta`` plus what a table's caption names: the date, the commit and ``command``."""
+    return dict(meta, date=time.strftime('%Y-%m-%d', time.gmtime()),
+                commit=git_commit(osp.dirname(osp.abspath(__file__))), command=command)
+
+
 def write_results(path: str, meta: dict, command: str, **records) -> None:
     """Write a tool's measurements to ``path`` (JSON under ``results/``) with what a table's
-    caption names: ``meta`` plus the date, the commit and ``command``."""
+    caption names (:func:`stamped`)."""
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    meta = dict(meta, date=time.strftime('%Y-%m-%d', time.gmtime()),
-                commit=git_commit(osp.dirname(osp.abspath(__file__))), command=command)
     with open(path, 'w') as f:
-        json.dump(dict(meta=meta, **records), f, indent=1)
+        json.dump(dict(meta=stamped(meta, command), **records), f, indent=1)
 
 
 def record_run(work_dir: str, config_path: str, max_iters: int) -> None:
@@ -151,17 +155,51 @@ def record_run(work_dir: str, config_path: str, max_iters: int) -> None:
         json.dump(info, f, indent=1)
 
 
-def record_test_suite(path: str, junit: str, seconds: str, command: str,
-                      fresh: str = '0') -> None:
-    """``results/test_suite.json``: the wall time of a run of the whole test suite and its
-    counts (from pytest's JUnit XML), written by ``tools/run_tests.sh`` (arguments as the
-    shell passes them; ``fresh='1'`` for ``--fresh``, a new virtualenv)."""
+def suite_file_times(junit) -> Dict[str, float]:
+    """``{'tests/test_x.py': seconds}`` from pytest's JUnit XML (its root element): the time
+    of each test file's tests (set-up, call and teardown; a session fixture's set-up with the
+    first test that asks for it); under pytest-xdist a sum over the workers, not a wall
+    time."""
+    files: Dict[str, float] = {}
+    for case in junit.iter('testcase'):
+        parts = case.get('classname', '').split('.')
+        module = next((i for i, part in enumerate(parts) if part.startswith('test_')), None)
+        if module is not None:
+            name = '/'.join(parts[:module + 1]) + '.py'
+            files[name] = files.get(name, 0.0) + float(case.get('time') or 0.0)
+    return {name: round(seconds, 1) for name, seconds in sorted(files.items())}
+
+
+def record_test_suite(path: str, junit: str, seconds: int, command: str, fresh: bool = False,
+                      label: Optional[str] = None) -> None:
+    """``results/test_suite.json``: a run of the whole test suite, its wall time, its counts
+    and each file's time (from pytest's JUnit XML ``junit``), written by
+    ``tools/record_test_suite.py`` (which ``tools/run_tests.sh`` calls after a run of the
+    whole suite).
+
+    Without ``label`` the run is the file's own (the docs' suite time); with one, it is kept
+    under ``baselines[label]`` (replacing an earlier run of that label) as a column of the
+    per-file table, beside the file's own run. The commit recorded is this checkout's, or
+    ``MMVIT5_COMMIT`` for a run of another tree."""
     import xml.etree.ElementTree as ElementTree
     root = ElementTree.parse(junit).getroot()
     suite = root if root.tag == 'testsuite' else root.find('testsuite')
     counts = {key: int(suite.get(key, 0)) for key in ('tests', 'failures', 'errors', 'skipped')}
-    where = machine() + (', a fresh virtualenv' if fresh == '1' else '')
-    write_results(path, dict(machine=where), command, seconds=int(seconds), **counts)
+    where = machine() + (', a fresh virtualenv' if fresh else '')
+    run = dict(meta=stamped(dict(machine=where), command), seconds=int(seconds), **counts,
+               files=suite_file_times(root))
+    data = {}
+    if osp.isfile(path):
+        with open(path) as f:
+            data = json.load(f)
+    baselines = data.get('baselines', {})
+    if label is None:
+        data = run
+    else:
+        baselines[label] = run
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    with open(path, 'w') as f:
+        json.dump(dict(data, baselines=baselines), f, indent=1)
 
 
 def _read_jsonl(path: str) -> List[dict]:

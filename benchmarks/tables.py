@@ -171,16 +171,48 @@ def learning(data: dict) -> str:
     return '\n'.join(lines)
 
 
+def _suite_total(run: dict) -> str:
+    minutes, seconds = divmod(run['seconds'], 60)
+    time = f'{minutes} min {seconds:02d} s'
+    if 'skipped' not in run:  # a transcribed total
+        return f'{time}, {run["tests"]} tests'
+    failed = run['failures'] + run['errors']
+    passed = run['tests'] - failed - run['skipped']
+    return (f'{time}, {passed} passed, {run["skipped"]} skipped' +
+            (f', {failed} failed' if failed else ''))
+
+
 def test_suite(data: dict) -> str:
-    """``tools/run_tests.sh``'s record of the whole suite: wall time and counts."""
-    minutes, seconds = divmod(data['seconds'], 60)
-    time = f'The whole suite (`pytest` in `tools/run_tests.sh`): **{minutes} min {seconds:02d} s**'
-    if 'skipped' not in data:  # a transcribed total
-        return f'{time}, {data["tests"]} tests.'
-    failed = data['failures'] + data['errors']
-    passed = data['tests'] - failed - data['skipped']
-    return (f'{time}, {passed} passed, {data["skipped"]} skipped' +
-            (f', {failed} failed' if failed else '') + '.')
+    """``tools/run_tests.sh``'s record of the whole suite (``tools/record_test_suite.py``): wall
+    time and counts, then each test file's time in this run ('latest') and in the runs kept
+    beside it (``--label``), the slowest first."""
+    line = f'The whole suite (`pytest` in `tools/run_tests.sh`): **{_suite_total(data)}**.'
+    runs = {**data.get('baselines', {}), 'latest': data}
+    if not any('files' in run for run in runs.values()):
+        return line
+    names = {label: f'{label} ({run["meta"]["commit"]})' for label, run in runs.items()}
+    files = sorted({name for run in runs.values() for name in run.get('files', {})},
+                   key=lambda name: (-max(run.get('files', {}).get(name, 0)
+                                          for run in runs.values()), name))
+    rows = ['| test file | ' + ' | '.join(names.values()) + ' |',
+            '|---|' + '---:|' * len(runs)]
+    for name in files:
+        cells = [f'{run["files"][name]:.0f}' if name in run.get('files', {}) else '-'
+                 for run in runs.values()]
+        rows.append(f'| `{name}` | ' + ' | '.join(cells) + ' |')
+    totals = [f'{sum(run["files"].values()):.0f}' if 'files' in run else '-'
+              for run in runs.values()]
+    rows.append('| sum of the files | ' + ' | '.join(totals) + ' |')
+    rows.append('| **wall time** | ' + ' | '.join(f'**{run["seconds"]}**'
+                                                  for run in runs.values()) + ' |')
+    about = [f'*{names[label]}: {_suite_total(run)}; machine: {run["meta"]["machine"]}; date: '
+             f'{run["meta"]["date"]}; command: `{run["meta"]["command"]}`.*'
+             for label, run in runs.items() if label != 'latest']
+    return '\n\n'.join([
+        line, 'Seconds per test file: the time of its tests, set-up and teardown included (a '
+        'session fixture that trains counts where it is first used). Under pytest-xdist the '
+        'files of a run overlap in time, so they add up to more than its wall time.',
+        '\n'.join(rows), *about])
 
 
 class Table(NamedTuple):

@@ -1,3 +1,4 @@
+import json
 import os
 import os.path as osp
 import re
@@ -15,6 +16,38 @@ if not torch.cuda.is_available():
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, osp.join(REPO, 'tools'))
+SUITE_RESULTS = osp.join(REPO, 'results', 'test_suite.json')
+
+# tools/run_tests.sh runs the suite in pytest-xdist workers, one per core: each worker and the
+# tools its tests start then take one OpenMP thread (more would only contend for the cores);
+# a run in one process keeps two
+WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+THREADS = '1' if WORKERS > 1 else '2'
+if WORKERS > 1:
+    os.environ['OMP_NUM_THREADS'] = THREADS
+    torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), each test file runs on one worker, so that
+    its module fixtures (a trained toy, an exported graph) are built once; a group named by
+    ``pytest.mark.xdist_group`` (the SLURM cluster) spans files. The files go out longest
+    first, as long as the last whole-suite run (results/test_suite.json) measured them, so
+    that the workers finish together instead of one training alone at the end."""
+    if WORKERS == 1:
+        return
+    for item in items:
+        if item.get_closest_marker('xdist_group') is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split('::')[0]))
+    seconds = {}
+    if osp.isfile(SUITE_RESULTS):
+        with open(SUITE_RESULTS) as f:
+            runs = json.load(f)
+        for run in [runs, *runs.get('baselines', {}).values()]:  # the latest run that timed them
+            seconds = seconds or run.get('files', {})
+    # a file not measured yet goes first: it may be long
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split('::')[0], float('inf')))
 
 
 @pytest.fixture(scope='session')
@@ -40,7 +73,7 @@ def slurm_cluster(tmp_path_factory):
 
 def run_tool(args, cwd, timeout=900, env=None, check=True):
     """Run ``python tools/<script> ...`` (or torchrun) from ``cwd``; return stdout+stderr."""
-    full_env = dict(os.environ, OMP_NUM_THREADS='2',
+    full_env = dict(os.environ, OMP_NUM_THREADS=THREADS,
                     PYTHONPATH=REPO + os.pathsep + os.environ.get('PYTHONPATH', ''))
     full_env.update(env or {})
     proc = subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True,
@@ -85,12 +118,36 @@ def guide_snippets(page):
             if re.match(r'# (\w+)', s)}
 
 
+def small_mask2former(model) -> None:
+    """A Mask2Former config (``model``, in place) with one pixel-decoder and one transformer-
+    decoder layer and 10 queries, where shrink_model keeps the recipe's 6, 9 and 100-200: the
+    same code at a fraction of the cost. At most 10 instances per image: mmdet takes the top
+    ``max_per_image`` of the (query, class) pairs."""
+    head = model.get('panoptic_head') or model.decode_head
+    head.num_queries = 10
+    head.pixel_decoder.encoder.num_layers = 1
+    head.transformer_decoder.num_layers = 1
+    if 'panoptic_fusion_head' in model:
+        model.test_cfg.max_per_image = head.num_queries
+
+
 def tool(name):
     return [sys.executable, osp.join(REPO, 'tools', name)]
 
 
 def config(name):
     return osp.join(REPO, 'configs', name)
+
+
+@pytest.fixture(autouse=True)
+def own_default_scope():
+    """mmengine's default scope as each test found it: init_default_scope (and a Runner) leave
+    theirs behind, for whichever test a worker runs next, e.g. mmdet's scope for a build from
+    mmpretrain's registry."""
+    from mmengine.registry import DefaultScope
+    scopes = DefaultScope._instance_dict.copy()
+    yield
+    DefaultScope._instance_dict = scopes
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ import torch
 from mmengine.config import Config
 from test_recipes import run_tool_here
 
-from conftest import REPO, config
+from conftest import REPO, config, small_mask2former
 from mmvit5.utils import (
     check_masks,
     coco_classes,
@@ -547,6 +547,10 @@ def finetune_shrunk(name: str, data_args: list, shapes, monkeypatch, capsys):
     from mmvit5.utils import shrink_model
     cfg = Config.fromfile(config(name))
     shrink_model(cfg.model)
+    if 'mask2former' in name:
+        small_mask2former(cfg.model)
+    for loader in ('val_dataloader', 'test_dataloader'):  # tools/test.py's; workers take
+        cfg[loader].update(num_workers=0, persistent_workers=False)  # 15 s to shut down
     recipe = str(shapes / 'recipe.py')
     cfg.dump(recipe)
     work = shapes / 'work'

@@ -5,6 +5,7 @@ import os.path as osp
 import re
 
 import pytest
+from slurm_cluster import free_port
 
 from conftest import REPO, config, run_tool, tool
 
@@ -68,13 +69,12 @@ def test_missing_data_root_is_refused(tmp_path):
 def test_distributed_training_two_processes_with_checkpointing(toy_root, tmp_path):
     """torchrun, 2 CPU processes (gloo), activation checkpointing under DDP."""
     work = tmp_path / 'work'
-    port = str(29500 + (abs(hash(str(tmp_path))) % 2000))
     out = run_tool(['bash', osp.join(REPO, 'tools', 'dist_train.sh'), config(MASKRCNN), '2',
                     '--work-dir', str(work), '--cfg-options', 'env_cfg.dist_cfg.backend=gloo',
                     'model.backbone.with_cp=True',
                     'train_cfg.max_iters=3', 'train_cfg.val_interval=3',
                     'default_hooks.checkpoint.interval=3'],
-                   cwd=toy_root, env=dict(PORT=port, OMP_NUM_THREADS='1'))
+                   cwd=toy_root, env=dict(PORT=str(free_port()), OMP_NUM_THREADS='1'))
     assert 'Distributed training: True' in out and 'GPU number: 2' in out  # = world size
     assert 'Expected to mark a variable ready only once' not in out
     assert (work / 'iter_3.pth').is_file()

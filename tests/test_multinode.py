@@ -165,7 +165,7 @@ def test_startup_failure_on_one_node_ends_every_rank(toy_root, tmp_path, fault):
     until env_cfg.dist_cfg.timeout; a missing checkpoint fails after it: gloo reports the
     lost peer at once."""
     good = [config(UPERNET), 1, '--work-dir', tmp_path / 'w', '--cfg-options', GLOO, NO_VAL,
-            'train_cfg.max_iters=2', 'env_cfg.dist_cfg.timeout=60']
+            'train_cfg.max_iters=2', 'env_cfg.dist_cfg.timeout=30']
     if fault == 'bad config':
         bad = [tmp_path / 'missing.py', *good[1:]]
         error = 'missing.py'
@@ -178,4 +178,4 @@ def test_startup_failure_on_one_node_ends_every_rank(toy_root, tmp_path, fault):
     assert code1 != 0 and error in out1, out1[-3000:]
     assert code0 != 0, out0[-3000:]
     if fault == 'bad config':  # node 0 gave up waiting for node 1 after the set timeout
-        assert 'wait timeout after 60000ms' in out0, out0[-3000:]
+        assert 'wait timeout after 30000ms' in out0, out0[-3000:]

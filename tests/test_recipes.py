@@ -14,7 +14,8 @@ import pytest
 from mmengine.config import Config
 
 from benchmarks.results import BEGIN, END, collect_runs, results_table
-from conftest import REPO, assert_same_training_state, config, logged_iterations
+from conftest import (REPO, assert_same_training_state, config, logged_iterations,
+                      small_mask2former)
 from mmvit5.utils import load_config, shrink_model
 
 SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'vit5*.py'))
@@ -54,6 +55,7 @@ def smoke_config(name: str, path: str) -> None:
             head.update(num_things_classes=len(TOY_CLASSES), num_stuff_classes=len(stuff))
         classes = len(TOY_CLASSES) + len(stuff)
         cfg.model.panoptic_head.loss_cls.class_weight = [1.0] * classes + [0.1]
+        small_mask2former(cfg.model)
     elif cfg.default_scope == 'mmdet':
         for loader in LOADERS:
             cfg[loader].dataset.metainfo = dict(classes=TOY_CLASSES)
@@ -71,6 +73,7 @@ def smoke_config(name: str, path: str) -> None:
         decode.num_classes = 4
         if decode.type == 'Mask2FormerHead':
             decode.loss_cls.class_weight = [1.0] * 4 + [0.1]
+            small_mask2former(cfg.model)
         else:
             cfg.model.auxiliary_head.num_classes = 4
             cfg.train_dataloader.batch_size = 2  # UperNet's pooling module has BN on 1x1 maps

@@ -23,7 +23,7 @@ MMCV_VERSION = '2.1.0'
 IMPORTS = ['mmengine', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'pycocotools', 'ftfy',
            'regex']
 # what each extra of setup.py (requirements/<extra>.txt) must make importable
-EXTRA_IMPORTS = {'tests': ['pytest', 'panopticapi'],
+EXTRA_IMPORTS = {'tests': ['pytest', 'xdist', 'panopticapi'],
                  'benchmark': ['timm', 'fvcore', 'matplotlib', 'faster_coco_eval'],
                  'deploy': ['onnx', 'onnxruntime', 'onnxscript'],
                  'docs': ['sphinx', 'myst_parser', 'sphinx_rtd_theme', 'sphinx_copybutton']}

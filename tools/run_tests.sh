@@ -41,7 +41,10 @@ cd "$here"
 junit=$(mktemp "${TMPDIR:-/tmp}/mmvit5-junit.XXXXXX")
 set +e
 start=$(date +%s)
-"$PY" -m pytest -ra --junitxml="$junit" "$@"
+# one pytest-xdist worker per logical core; --dist loadgroup keeps each test file (and each
+# xdist_group) on one worker, the longest files first (tests/conftest.py). Arguments given
+# after these win (-n 0: one process)
+"$PY" -m pytest -ra --junitxml="$junit" -n logical --dist loadgroup "$@"
 status=$?
 seconds=$(( $(date +%s) - start ))
 set -e
@@ -50,12 +53,11 @@ if [ "$status" -eq 5 ]; then
   exit 1
 fi
 if [ $# -eq 0 ]; then
-  # the whole suite ran: its wall time goes to results/test_suite.json, which the docs'
-  # suite-time line is generated from (python tools/make_tables.py)
+  # the whole suite ran: its wall time and each file's time go to results/test_suite.json,
+  # which the docs' suite-time table is generated from (python tools/make_tables.py)
   out=${SUITE_RESULTS:-$here/results/test_suite.json}
-  "$PY" -c 'import sys; from benchmarks.results import record_test_suite
-record_test_suite(*sys.argv[1:])' "$out" "$junit" "$seconds" \
-    "bash tools/run_tests.sh${MMVIT5_FRESH:+ --fresh}" "${MMVIT5_FRESH:-0}"
+  "$PY" tools/record_test_suite.py "$junit" "$seconds" --out "$out" \
+    --command "bash tools/run_tests.sh${MMVIT5_FRESH:+ --fresh}" ${MMVIT5_FRESH:+--fresh}
   echo "[run_tests] $seconds s: recorded in $out (python tools/make_tables.py puts it in the docs)"
 fi
 rm -f "$junit"
