@@ -14,8 +14,7 @@ import pytest
 from mmengine.config import Config
 
 from benchmarks.results import BEGIN, END, collect_runs, results_table
-from conftest import (REPO, assert_same_training_state, config, logged_iterations,
-                      small_mask2former)
+from conftest import REPO, assert_same_training_state, config, logged_iterations, small_mask2former
 from mmvit5.utils import load_config, shrink_model
 
 SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'vit5*.py'))
