@@ -22,10 +22,12 @@ out=$(mkdir -p "${1:-$here/.whl}" && cd "${1:-$here/.whl}" && pwd)
 pyver=${2:-3.12}
 PY=${PYTHON:-python3}
 pip=("$PY" -m pip --disable-pip-version-check -q)
-# panopticapi-lite: the tests extra's panoptic metric (tools/check_env.py imports it)
+# panopticapi-lite and pytest-xdist: the tests extra's panoptic metric and parallel runner
+# (tools/check_env.py imports both)
 PURE=(mmengine mmdet mmsegmentation mmpretrain ftfy wcwidth fvcore iopath yacs
       termcolor addict yapf platformdirs terminaltables prettytable mat4py modelindex
-      model-index ordered-set importlib-metadata lazy-importer timm einops panopticapi-lite)
+      model-index ordered-set importlib-metadata lazy-importer timm einops panopticapi-lite
+      pytest-xdist execnet)
 BINARY=(pycocotools shapely faster-coco-eval)
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
 
