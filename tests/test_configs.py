@@ -47,6 +47,19 @@ def test_config_builds_with_matching_widths(name):
         check_config(cfg, name)  # this checkout has no COCO / ADE20K
 
 
+@pytest.mark.parametrize('where, entry', [
+    ('backbone', 'ViT5'), ('backbone', 'mmvit5.ViT5'), ('neck', 'SimpleFeaturePyramid')])
+def test_mmvit5_types_without_the_import_are_refused(where, entry):
+    cfg = Config(dict(default_scope='mmdet', model=dict(
+        type='MaskRCNN', backbone=dict(type='ResNet', depth=50), neck=dict(type='FPN'))))
+    check_config(cfg, check_data=False)
+    cfg.model[where].type = entry
+    with pytest.raises(ValueError, match=r"uses mmvit5 modules .*custom_imports = dict\("):
+        check_config(cfg, check_data=False)
+    cfg.custom_imports = dict(imports=['mmvit5'])
+    check_config(cfg, check_data=False)
+
+
 def test_maskrcnn_base_forward_at_detection_shapes():
     cfg = Config.fromfile(config('vit5_maskrcnn_coco.py'))
     cfg.model.backbone.init_cfg = None

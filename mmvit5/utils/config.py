@@ -102,8 +102,8 @@ def check_config(cfg: Config, path: str = 'config',
         raise ValueError(f'{path}: default_scope is {scope!r}; inherit an mmdet, mmseg or '
                          "mmpretrain config (e.g. _base_ = ['mmdet::mask_rcnn/...']) or set "
                          f'default_scope to one of {SCOPES}')
-    if any(name.startswith('ViT5') or name == 'SimpleFeaturePyramid'
-           for name in _types(cfg._cfg_dict)):
+    names = {name.split('.')[-1] for name in _types(cfg._cfg_dict)}  # 'mmvit5.ViT5' too
+    if any(name.startswith('ViT5') or name == 'SimpleFeaturePyramid' for name in names):
         imports = (cfg.get('custom_imports') or {}).get('imports', [])
         imports = [imports] if isinstance(imports, str) else list(imports)
         if 'mmvit5' not in imports:
