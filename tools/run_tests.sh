@@ -42,9 +42,10 @@ junit=$(mktemp "${TMPDIR:-/tmp}/mmvit5-junit.XXXXXX")
 set +e
 start=$(date +%s)
 # one pytest-xdist worker per logical core; --dist loadgroup keeps each test file (and each
-# xdist_group) on one worker, the longest files first (tests/conftest.py). Arguments given
-# after these win (-n 0: one process)
-"$PY" -m pytest -ra --junitxml="$junit" -n logical --dist loadgroup "$@"
+# xdist_group) on one worker, in the order tests/conftest.py gives them, the longest first
+# (xdist would otherwise hand out the files with the most tests first). Arguments given after
+# these win (-n 0: one process)
+"$PY" -m pytest -ra --junitxml="$junit" -n logical --dist loadgroup --no-loadscope-reorder "$@"
 status=$?
 seconds=$(( $(date +%s) - start ))
 set -e
