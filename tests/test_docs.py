@@ -131,6 +131,8 @@ def test_python_block_runs(code, tmp_path, monkeypatch):
     any other block is executed from the repository root, as a reader would run it."""
     if not is_config(code):
         monkeypatch.chdir(REPO)
+        # as in a reader's new interpreter: no default scope that an earlier test set
+        monkeypatch.setattr(DefaultScope, '_instance_dict', type(DefaultScope._instance_dict)())
         exec(compile(code, '<docs block>', 'exec'), {'__name__': '__docs__'})
         return
     os.symlink(osp.join(REPO, 'configs'), tmp_path / 'configs')
