@@ -75,8 +75,11 @@ class Killed(BaseException):
     """Stands for SIGKILL: no ``except Exception`` handler sees it."""
 
 
-def crash_safe_checkpoints(work_dir: str) -> None:
-    """A save interrupted halfway (max_keep_ckpts=1) leaves last_checkpoint naming a whole file."""
+def regressor_runner(work_dir: str, **checkpoint):
+    """A Runner (built with its Config, as tools/train.py builds one) that trains a linear
+    regressor for 2 iterations and saves a checkpoint after each; ``checkpoint``: more
+    CheckpointHook options."""
+    from mmengine.config import Config
     from mmengine.model import BaseModel
     from mmengine.runner import Runner
 
@@ -88,15 +91,21 @@ def crash_safe_checkpoints(work_dir: str) -> None:
         def forward(self, inputs, mode='loss'):
             return dict(loss=self.fc(torch.stack(inputs)).square().mean())
 
-    runner = Runner(
-        model=Regressor(), work_dir=work_dir,
+    cfg = Config(dict(
+        work_dir=work_dir,
         train_dataloader=dict(dataset=[dict(inputs=torch.randn(4)) for _ in range(4)],
                               batch_size=2, num_workers=0,
                               sampler=dict(type='DefaultSampler', shuffle=False)),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
         train_cfg=dict(by_epoch=False, max_iters=2),
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1,
-                                           max_keep_ckpts=1)))
+                                           **checkpoint))))
+    return Runner(model=Regressor(), **cfg, cfg=cfg)
+
+
+def crash_safe_checkpoints(work_dir: str) -> None:
+    """A save interrupted halfway (max_keep_ckpts=1) leaves last_checkpoint naming a whole file."""
+    runner = regressor_runner(work_dir, max_keep_ckpts=1)
 
     def kill():
         raise Killed
@@ -133,19 +142,7 @@ def contiguous_roi_align(work_dir: str) -> None:
 
 def format_config_once(work_dir: str) -> None:
     """A run that logs its config and saves two checkpoints formats it with yapf once."""
-    from mmengine.config import Config
-    from mmengine.model import BaseModel
-    from mmengine.runner import Runner
     from yapf.yapflib import yapf_api
-
-    class Regressor(BaseModel):
-        def __init__(self):
-            super().__init__()
-            self.fc = nn.Linear(4, 1)
-
-        def forward(self, inputs, mode='loss'):
-            return dict(loss=self.fc(torch.stack(inputs)).square().mean())
-
     reformat, calls = yapf_api.reformatter.Reformat, []
 
     def counted(*args, **kwargs):
@@ -153,16 +150,7 @@ def format_config_once(work_dir: str) -> None:
         return reformat(*args, **kwargs)
 
     yapf_api.reformatter.Reformat = counted
-    cfg = Config(dict(
-        model=dict(type='Regressor'), work_dir=work_dir,
-        train_dataloader=dict(dataset=[dict(inputs=torch.randn(4)) for _ in range(4)],
-                              batch_size=2, num_workers=0,
-                              sampler=dict(type='DefaultSampler', shuffle=False)),
-        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
-        train_cfg=dict(by_epoch=False, max_iters=2),
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1))))
-    Runner(model=Regressor(), **{k: v for k, v in cfg.items() if k != 'model'},
-           cfg=cfg).train()
+    regressor_runner(work_dir).train()
     assert len(calls) == 1, f'formatted the same config {len(calls)} times'
 
 
