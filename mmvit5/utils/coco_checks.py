@@ -169,11 +169,10 @@ def coco_summary(coco: dict, split: str, filter_cfg: dict = None) -> str:
     with_objects = {a.get('image_id') for a in annotations}
     empty = sum(i.get('id') not in with_objects for i in images)
     sizes: Dict = {i.get('id'): (i.get('width', 0), i.get('height', 0)) for i in images}
-    skipped = sum(1 for a in annotations
-                  if a.get('ignore') or _skipped(a, *sizes.get(a.get('image_id'), (0, 0))))
-    beyond = sum(1 for a in annotations if not a.get('ignore')
-                 and not _skipped(a, *sizes.get(a.get('image_id'), (0, 0)))
-                 and _beyond(a, *sizes.get(a.get('image_id'), (0, 0))))
+    kept = [(a, sizes.get(a.get('image_id'), (0, 0))) for a in annotations]
+    kept = [(a, size) for a, size in kept if not (a.get('ignore') or _skipped(a, *size))]
+    skipped = len(annotations) - len(kept)
+    beyond = sum(_beyond(a, *size) for a, size in kept)
     crowd = sum(1 for a in annotations if a.get('iscrowd'))
     parts = [f'{split}: {len(images)} images, {len(annotations) - skipped} objects']
     if crowd:
