@@ -159,14 +159,17 @@ CATEGORY_SHAPE = '{"id", "name"}'
 
 
 def _typed(ann_file: str, key: str, entries: List[dict], name, fields) -> None:
-    """The first entry whose field fails its test, named with the value and what was
-    expected; absent optional fields (only ``iscrowd`` here) pass."""
+    """The first entry whose field is missing or fails its test, named with the value and
+    what was expected; only ``iscrowd`` may be left out."""
     for field, test, expected in fields:
-        bad = [e for e in entries if field in e and not test(e[field])]
+        bad = [e for e in entries if (field in e or field != 'iscrowd') and
+               not (field in e and test(e[field]))]
         if bad:
-            raise ValueError(f'{ann_file!r}: {name(bad[0])} has "{field}" '
-                             f'{_short(bad[0][field])}{_more(bad)}; expected {expected}: '
-                             f'correct the "{field}" of the entries of "{key}"')
+            found = f'"{field}" {_short(bad[0][field])}' if field in bad[0] else \
+                f'no "{field}"'
+            raise ValueError(f'{ann_file!r}: {name(bad[0])} has {found}{_more(bad)}; '
+                             f'expected {expected}: correct the "{field}" of the entries of '
+                             f'"{key}"')
 
 
 def _more(bad: list) -> str:
