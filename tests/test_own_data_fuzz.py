@@ -279,8 +279,8 @@ def test_every_decoder_refuses_a_cut_file(tmp_path, capsys):
     many = [paths[4]] * PROGRESS_FROM  # the whole JPEG, read as many times
     assert not any(d.error for d in decode_all(many, UPRIGHT))
     err = capsys.readouterr().err
-    assert f'decoding {PROGRESS_FROM} images' in err and f'{PROGRESS_FROM}/{PROGRESS_FROM}' \
-        in err
+    assert f'[finetune] decoding images: {PROGRESS_FROM}/{PROGRESS_FROM}' in err and \
+        f'decoding images: {PROGRESS_FROM // 4}/{PROGRESS_FROM}' in err
 
 
 # ----------------------------------------------------------------- images and masks folders

@@ -103,7 +103,7 @@ def main():
     args = parse_args()
     try:
         cfg = finetune_config(args)
-    except (FileNotFoundError, ValueError) as e:  # the data or options: the message says it
+    except (OSError, ValueError) as e:  # the data or options (a file it may not read too)
         raise SystemExit(f'[finetune] {type(e).__name__}: {e}')
     train(cfg, args)
     from mmengine.dist import get_rank

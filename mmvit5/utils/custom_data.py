@@ -383,9 +383,9 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         mask_suffix (str): Mask file ending.
         reduce_zero_label (bool): Mask value 0 is unlabelled and value ``v`` is class
             ``v - 1`` (ADE20K's convention); else value ``v`` is class ``v``.
-        check (bool): Check that every image loads at its mask's size (EXIF orientation
-            included, one header read a file) and every mask's values (one pass over the
-            masks).
+        check (bool): Decode every image and mask once (a file cut short is refused), and
+            check that every image loads at its mask's size (EXIF orientation included) and
+            every mask's values.
 
     Returns:
         OwnData: The class names, label 0 first, and a summary line a split.
