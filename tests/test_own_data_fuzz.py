@@ -109,10 +109,9 @@ def _write(root, jsons):
         (root / COCO / name).write_text(json.dumps(jsons[split]))
 
 
-def _check_run(root, cfg):
+def _check_run(data_root: str, cfg):
     """What finetune.py runs before it builds anything, on a copy of the loaded recipe."""
     cfg = copy.deepcopy(cfg)
-    data_root = str(root / COCO)
     jsons = read_coco_splits(data_root, TRAIN, VAL)
     data = use_coco_data(cfg, data_root, TRAIN, 'train2017', VAL, 'val2017', True, jsons)
     return cfg, data
@@ -132,18 +131,28 @@ def _loads_as_the_guide_says(cfg, data):
             assert len(instances.masks) == len(instances.bboxes) == len(labels)
 
 
-def test_no_mutation_of_a_coco_json_gives_a_traceback(toy, det_cfg):
-    base = {split: json.loads((toy / COCO / name).read_text())
-            for split, name in (('train', TRAIN), ('val', VAL))}
+def mutations(base: dict):
+    """(k, both jsons, what was done) for each of the seeded mutations of ``base``."""
     rng = random.Random(44)
+    for k in range(MUTATIONS):
+        jsons = copy.deepcopy(base)
+        what = mutate(jsons, rng)
+        yield k, jsons, what
+
+
+def _base(toy) -> dict:
+    return {split: json.loads((toy / COCO / name).read_text())
+            for split, name in (('train', TRAIN), ('val', VAL))}
+
+
+def test_no_mutation_of_a_coco_json_gives_a_traceback(toy, det_cfg):
+    base = _base(toy)
     refused, trained, failures = [], [], []
     try:
-        for k in range(MUTATIONS):
-            jsons = copy.deepcopy(base)
-            what = mutate(jsons, rng)
+        for k, jsons, what in mutations(base):
             _write(toy, jsons)
             try:
-                cfg, data = _check_run(toy, det_cfg)
+                cfg, data = _check_run(str(toy / COCO), det_cfg)
             except (ValueError, FileNotFoundError) as e:  # what finetune.py prints, one line
                 message = str(e)
                 if '\n' in message or '/annotations/instances_' not in message:
@@ -170,9 +179,37 @@ def test_no_mutation_of_a_coco_json_gives_a_traceback(toy, det_cfg):
     assert not [m for m in refused if 'Error' in m or 'Traceback' in m]
 
 
-def test_a_sample_of_mutations_through_the_command(toy, monkeypatch, capsys):
-    base = {split: json.loads((toy / COCO / name).read_text())
-            for split, name in (('train', TRAIN), ('val', VAL))}
+def test_a_sample_of_the_mutations_through_the_command(toy, det_cfg, monkeypatch, capsys):
+    """Every 32nd mutation through tools/finetune.py itself: it prints the checks' refusal as
+    its one line, or builds the run's config and prints its summary."""
+    base = _base(toy)
+    outcomes = set()
+    try:
+        for k, jsons, what in mutations(base):
+            if k % 32:
+                continue
+            _write(toy, jsons)
+            monkeypatch.chdir(toy)  # the paths in the messages as the command prints them
+            try:
+                _, data = _check_run(COCO, det_cfg)
+                refusal = None
+            except (ValueError, FileNotFoundError) as e:
+                refusal = f'[finetune] {type(e).__name__}: {e}'
+            args = ['det', COCO, '--config', MASKRCNN, '--work-dir', 'w', '--iters', '1']
+            if refusal:
+                assert finetune_fails(args, toy, monkeypatch, capsys) == refusal, what
+            else:
+                _, out = finetune(args, toy, monkeypatch, capsys)
+                assert f'[finetune] {data.summary[0]}' in out, (what, out)
+            outcomes.add(refusal is None)
+    finally:
+        _write(toy, base)
+    assert outcomes == {True, False}  # the sample holds both ends
+
+
+def test_named_mistakes_through_the_command(toy, monkeypatch, capsys):
+    """The issue's mistakes and a few more, each with the words the user needs."""
+    base = _base(toy)
     cases = [
         ('bbox as strings', lambda j: j['train']['annotations'][0].update(
             bbox=['10', '20', '30', '40']), ['annotation id', '"bbox" ["10", "20", "30", "40"]',
