@@ -16,6 +16,7 @@ Kinds of results files:
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
 * ``tools/learning_curves.py --json``: ``learning``; ``tools/compile_kernels.py --json``:
   ``kernels``; ``tools/benchmark_coco_eval.py --json``: ``coco-eval``;
+  ``tools/benchmark_data_check.py --json``: ``data-check``;
 * ``tools/benchmark.py --versus CHECKOUT --json`` output: ``versus_table`` (two checkouts'
   rows side by side: ``cpu_training/checkpointing.json``);
 * ``test_suite.json`` (``tools/run_tests.sh`` after a run of the whole suite): ``test_suite``;
@@ -33,6 +34,7 @@ from .ablation import markdown_table as ablation_table
 from .ablation import summarize
 from .breakdown import Launches, PartTime, Saved, launches_table, part_table, saved_table
 from .coco_eval import speedup_table
+from .data_check import check_table
 from .components import Component, ComponentTimes
 from .kernel_compile import Compiled, compiled_table
 from .onnx_latency import latency_table
@@ -245,6 +247,7 @@ TABLES: Dict[str, Table] = {
     'learning-curves': Table('learning_curves.json', learning),
     'kernel-compile': Table('kernel_compile.json', kernels),
     'coco-eval': Table('coco_eval.json', speedup_table),
+    'data-check': Table('data_check.json', check_table),
     'test-suite': Table('test_suite.json', test_suite, settings=False),
     'cpu-checkpointing': Table('cpu_training/checkpointing.json', versus_table),
 }

@@ -126,6 +126,8 @@ def problems(repo: str, mmcv_ops: str, extras: Sequence[str]) -> list:
             continue
         if not satisfies(installed, specs):
             found.append(f'{name} {installed} is installed, want {specs[0][1]}')
+    if 'tests' in extras:
+        found += panopticapi_problems(repo)
     extra_imports = [module for extra in extras for module in EXTRA_IMPORTS[extra]]
     for module in IMPORTS + extra_imports + ['mmvit5']:
         try:
@@ -138,6 +140,26 @@ def problems(repo: str, mmcv_ops: str, extras: Sequence[str]) -> list:
             want = os.path.realpath(os.path.join(repo, 'mmvit5'))
             if where != want:
                 found.append(f'mmvit5 imports from {where}, not from this checkout {want}')
+    return found
+
+
+def panopticapi_problems(repo: str) -> list:
+    """The panoptic API must be the checkout's third_party/panopticapi: panopticapi-lite,
+    its PyPI repackaging, declares numpy<2 and scikit-image, which `pip check` reports."""
+    with open(os.path.join(repo, 'third_party', 'panopticapi', 'pyproject.toml')) as f:
+        want = re.search(r'^version = "([^"]+)"', f.read(), re.M)[1]
+    found = []
+    for name, wanted in (('panopticapi', True), ('panopticapi-lite', False)):
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            installed = None
+        if wanted and installed != want:
+            found.append(f'panopticapi {installed or "is not installed"}, want {want} from '
+                         'third_party/panopticapi: rerun bash tools/install.sh')
+        elif not wanted and installed:
+            found.append(f'panopticapi-lite {installed} is installed; it declares numpy<2: pip '
+                         'uninstall panopticapi-lite, then rerun bash tools/install.sh')
     return found
 
 

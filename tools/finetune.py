@@ -42,8 +42,8 @@ def parse_args(argv=None):
     det.add_argument('--val-ann', default='annotations/instances_val2017.json')
     det.add_argument('--val-img', default='val2017')
     det.add_argument('--no-image-check', action='store_true',
-                     help='skip checking that every image the jsons list is there and loads '
-                     'at the size the json gives it (one header read an image)')
+                     help='skip checking that every image the jsons list is there, decodes '
+                     'and loads at the size the json gives it (every image decoded once)')
     seg.add_argument('--classes', default='classes.txt',
                      help='class names, one a line, label 0 first')
     seg.add_argument('--train-img', default='img_dir/train')
@@ -55,8 +55,8 @@ def parse_args(argv=None):
     seg.add_argument('--reduce-zero-label', action='store_true',
                      help='mask value 0 is unlabelled and value v is class v - 1 (ADE20K)')
     seg.add_argument('--no-mask-check', action='store_true',
-                     help='skip checking that every image loads at its mask\'s size and that '
-                     'every mask\'s values are labels')
+                     help='skip checking that every image and mask decodes, every image loads '
+                     'at its mask\'s size and every mask\'s values are labels')
     return parser.parse_args(argv)
 
 
@@ -103,7 +103,7 @@ def main():
     args = parse_args()
     try:
         cfg = finetune_config(args)
-    except (FileNotFoundError, ValueError) as e:  # the data or options: the message says it
+    except (OSError, ValueError) as e:  # the data or options (a file it may not read too)
         raise SystemExit(f'[finetune] {type(e).__name__}: {e}')
     train(cfg, args)
     from mmengine.dist import get_rank

@@ -122,9 +122,11 @@ fi
 #    on the torch version.
 say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, helpers and extras"
 "${pip[@]}" install --no-cache-dir -r "$here/requirements.txt" ${wheel:+"$wheel"}
-# panoptic evaluation (CocoPanopticMetric): panopticapi-lite declares numpy<2 but runs on the
-# numpy 2 that opencv needs, so it comes without its declared dependencies
-"${pip[@]}" install --no-cache-dir --no-deps "$(grep -oE 'panopticapi-lite==[0-9.]+' "$here/requirements/tests.txt")"
+# panoptic evaluation (CocoPanopticMetric): the part of the COCO panoptic API that mmdet
+# imports, third_party/panopticapi (numpy only). It replaces panopticapi-lite, which declares
+# numpy<2 and scikit-image and so failed `pip check` beside opencv's numpy 2.
+"${pip[@]}" uninstall -y panopticapi-lite >/dev/null 2>&1 || true
+"${pip[@]}" install --no-cache-dir --no-build-isolation "$here/third_party/panopticapi"
 
 # 4. mmvit5 itself, editable, so custom_imports=['mmvit5'] works from any directory, and the
 #    start-up file (editable installs carry no files outside the package path).

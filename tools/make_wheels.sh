@@ -22,11 +22,11 @@ out=$(mkdir -p "${1:-$here/.whl}" && cd "${1:-$here/.whl}" && pwd)
 pyver=${2:-3.12}
 PY=${PYTHON:-python3}
 pip=("$PY" -m pip --disable-pip-version-check -q)
-# panopticapi-lite and pytest-xdist: the tests extra's panoptic metric and parallel runner
-# (tools/check_env.py imports both)
+# pytest-xdist: the tests extra's parallel runner (tools/check_env.py imports it); the panoptic
+# API is built from third_party/panopticapi below
 PURE=(mmengine mmdet mmsegmentation mmpretrain ftfy wcwidth fvcore iopath yacs
       termcolor addict yapf platformdirs terminaltables prettytable mat4py modelindex
-      model-index ordered-set importlib-metadata lazy-importer timm einops panopticapi-lite
+      model-index ordered-set importlib-metadata lazy-importer timm einops
       pytest-xdist execnet)
 BINARY=(pycocotools shapely faster-coco-eval)
 version() { "$PY" -c "import importlib.metadata as m; print(m.version('$1'))"; }
@@ -35,6 +35,7 @@ rm -f "$out"/*.whl
 for name in "${PURE[@]}"; do
   "${pip[@]}" wheel --no-deps -w "$out" "$name==$(version "$name")"
 done
+"${pip[@]}" wheel --no-deps --no-build-isolation -w "$out" "$here/third_party/panopticapi"
 for name in "${BINARY[@]}"; do
   "${pip[@]}" download --no-deps --only-binary=:all: -d "$out" --python-version "$pyver" \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \

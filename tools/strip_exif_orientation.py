@@ -10,6 +10,7 @@ docs/en/user_guides/custom_dataset.md.
 import argparse
 import os
 import os.path as osp
+import struct
 
 SUFFIXES = ('.jpg', '.jpeg', '.png', '.webp', '.tif', '.tiff')
 
@@ -42,8 +43,11 @@ def main(argv=None):
                 changed += 1
                 print(f'[strip_exif_orientation] {path}: orientation {orientation} '
                       f'({TURNS[orientation]}) -> 1')
-        except ValueError as e:
+        except ValueError as e:  # names the file
             raise SystemExit(f'[strip_exif_orientation] {e}')
+        except (OSError, struct.error) as e:  # a file it may not write, or cut short
+            raise SystemExit(f'[strip_exif_orientation] {path!r}: {e}; copy the file again '
+                             'from its source, or make it writable')
     verb = 'would set' if args.dry_run else 'set'
     print(f'[strip_exif_orientation] {verb} {changed} orientation{"s" * (changed != 1)} to 1')
 

@@ -7,6 +7,8 @@ and the fix. What mmdet does fairly (skipping an object of no area, clipping a b
 beyond its image) is counted in the summary instead.
 """
 import json
+import math
+import os.path as osp
 from collections import Counter
 from typing import Dict, List
 
@@ -19,36 +21,25 @@ HOW = ('COCO\'s "images" are {"id", "file_name", "width", "height"}, its "annota
        '"segmentation": polygons or RLE}')
 
 
-def check_coco(coco: dict, ann_file: str) -> None:
-    """Fail on a json mmdet would misread: no images or no annotations, an entry without a
-    key mmdet reads, an image or annotation id used twice, an annotation of an image or a
-    category the json does not list, a box without area, a polygon of fewer than 3 points, an
-    empty mask, an RLE mask of another size than its image.
+def check_coco(coco, ann_file: str) -> None:
+    """Fail on a json mmdet would misread: not COCO's nesting, a field of the wrong type or
+    value (:func:`check_coco_types`), no images or no annotations, an image or annotation id
+    used twice, a file listed twice, an annotation of an image or a category the json does not
+    list, a box without area, a polygon of fewer than 3 points, an empty mask, an RLE mask of
+    another size than its image.
 
     Args:
-        coco (dict): The json's content.
+        coco: The json's content.
         ann_file (str): Its path, for the messages.
     """
+    check_coco_types(coco, ann_file)
     images = coco.get('images') or []
     annotations = coco.get('annotations') or []
-    if not images:
-        raise ValueError(f'{ann_file!r} lists no "images"; a COCO json needs one entry per '
-                         'image: {"id", "file_name", "height", "width"}')
-    if not annotations:
-        raise ValueError(f'{ann_file!r} has no "annotations" (the list is empty or missing): '
-                         'there is no object to learn or to score; annotate the images, or '
-                         'pass the json that has them (--train-ann / --val-ann)')
-    for kind, entries, keys in (('image', images, IMAGE_KEYS),
-                                ('annotation', annotations, ANNOTATION_KEYS)):
-        for index, entry in enumerate(entries):
-            missing = [k for k in keys if k not in entry]
-            if missing:
-                raise ValueError(f'{ann_file!r}: {kind} {index} of "{kind}s" (id '
-                                 f'{entry.get("id")!r}) has no {", ".join(missing)}; {HOW}')
     _unique_ids(images, ann_file, 'image', lambda i: repr(i['file_name']),
                 'pycocotools keeps one image an id, so the other would never be read and its '
                 'objects would land on the wrong image: give every image its own "id" and '
                 'point its annotations\' "image_id" at it')
+    _unique_files(images, ann_file)
     _unique_ids(annotations, ann_file, 'annotation', lambda a: f'on image {a["image_id"]!r}',
                 'pycocotools keeps one annotation an id, so one object would stand in for the '
                 'other (and mmdet stops the run once its dataset is built): number the '
@@ -72,6 +63,268 @@ def check_coco(coco: dict, ann_file: str) -> None:
             raise ValueError(f'{ann_file!r}: annotation id {ann["id"]!r} on image '
                              f'{ann["image_id"]!r} ({files[ann["image_id"]]!r}) has {value}'
                              f'{others}; {expected}: {fix}')
+
+
+# ----------------------------------------------------------------- every field typed
+def check_coco_types(coco, ann_file: str) -> None:
+    """Fail unless the json nests as COCO does and every field mmdet and pycocotools read has
+    its type and a value they can use: integer ids, a file name, a size of positive integers,
+    boxes of 4 finite numbers, a finite area of 0 or more, ``iscrowd`` 0 or 1, polygons of
+    finite numbers near their image, RLE masks whose runs cover their ``size``.
+
+    The message names the entry (image or annotation id, or its place in the list), the field,
+    its value and what was expected.
+
+    Args:
+        coco: The json's content.
+        ann_file (str): Its path, for the messages.
+    """
+    _nesting(coco, ann_file, (('images', IMAGE_SHAPE), ('annotations', ANNOTATION_SHAPE),
+                              ('categories', CATEGORY_SHAPE)))
+    images = coco.get('images') or []
+    annotations = coco.get('annotations') or []
+    if not images:
+        raise ValueError(f'{ann_file!r} lists no "images"; a COCO json needs one entry per '
+                         f'image: {IMAGE_SHAPE}')
+    if not annotations:
+        raise ValueError(f'{ann_file!r} has no "annotations" (the list is empty or missing): '
+                         'there is no object to learn or to score; annotate the images, or '
+                         'pass the json that has them (--train-ann / --val-ann)')
+    for kind, entries, keys in (('image', images, IMAGE_KEYS),
+                                ('annotation', annotations, ANNOTATION_KEYS)):
+        for index, entry in enumerate(entries):
+            missing = [k for k in keys if k not in entry]
+            if missing:
+                raise ValueError(f'{ann_file!r}: {kind} {index} of "{kind}s" (id '
+                                 f'{_short(entry.get("id"))}) has no {", ".join(missing)}; '
+                                 f'{HOW}')
+    _typed(ann_file, 'categories', coco.get('categories') or [], _category_name,
+           CATEGORY_FIELDS)
+    _typed(ann_file, 'images', images, _image_name, (
+        ('id', _integer, 'an integer'),
+        ('file_name', _name, 'a non-empty string, the path below the image folder'),
+        ('width', _positive, 'a whole number of pixels above 0'),
+        ('height', _positive, 'a whole number of pixels above 0')))
+    _typed(ann_file, 'annotations', annotations, _annotation_name, (
+        ('id', _integer, 'an integer'),
+        ('image_id', _integer, 'an integer, the "id" of its image'),
+        ('category_id', _integer, 'an integer, the "id" of its category'),
+        ('bbox', _box, 'a box [x, y, width, height] of 4 finite numbers'),
+        ('area', _area, 'the object\'s area in pixels, a finite number of 0 or more'),
+        ('iscrowd', _crowd, '0 (an object) or 1 (a crowd region), or no field'),
+        ('segmentation', _segmentation_type, 'polygons [[x1, y1, x2, y2, ...], ...] of finite '
+         'numbers, or an RLE mask {"size": [height, width], "counts": ...}')))
+    sizes = {i['id']: (i['width'], i['height']) for i in images}
+    for check in (_polygon_reach, _rle_runs):
+        bad = [(a, problem) for a in annotations if a['image_id'] in sizes
+               for problem in [check(a['segmentation'], *sizes[a['image_id']])] if problem]
+        if bad:
+            ann, (value, expected) = bad[0]
+            raise ValueError(f'{ann_file!r}: {_annotation_name(ann)} has "segmentation" '
+                             f'{value}{_more(bad)}; expected {expected}: correct the mask or '
+                             'delete the annotation')
+
+
+def check_category_types(coco, ann_file: str) -> None:
+    """Fail unless the json is an object whose ``categories`` (if any) are objects with an
+    integer ``id`` and a non-empty ``name``; the part of :func:`check_coco_types` that reading
+    the class names needs."""
+    _nesting(coco, ann_file, (('categories', CATEGORY_SHAPE),))
+    _typed(ann_file, 'categories', coco.get('categories') or [], _category_name,
+           CATEGORY_FIELDS)
+
+
+def _nesting(coco, ann_file: str, lists) -> None:
+    if not isinstance(coco, dict):
+        raise ValueError(f'{ann_file!r} holds {_json_type(coco)}, not an object; a COCO json '
+                         'is {"images": [...], "annotations": [...], "categories": [...]}')
+    for key, shape in lists:
+        entries = coco.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            raise ValueError(f'{ann_file!r}: "{key}" is {_json_type(entries)} '
+                             f'({_short(entries)}); expected a list of objects {shape}')
+        odd = [k for k, e in enumerate(entries) if not isinstance(e, dict)]
+        if odd:
+            raise ValueError(f'{ann_file!r}: entry {odd[0]} of "{key}" is '
+                             f'{_json_type(entries[odd[0]])} ({_short(entries[odd[0]])})'
+                             f'{_more(odd)}; expected an object {shape}')
+
+
+IMAGE_SHAPE = '{"id", "file_name", "width", "height"}'
+ANNOTATION_SHAPE = ('{"id", "image_id", "category_id", "bbox", "area", "segmentation"'
+                    ', "iscrowd"}')
+CATEGORY_SHAPE = '{"id", "name"}'
+
+
+def _typed(ann_file: str, key: str, entries: List[dict], name, fields) -> None:
+    """The first entry whose field is missing or fails its test, named with the value and
+    what was expected; only ``iscrowd`` may be left out."""
+    for field, test, expected in fields:
+        bad = [e for e in entries if (field in e or field != 'iscrowd') and
+               not (field in e and test(e[field]))]
+        if bad:
+            found = f'"{field}" {_short(bad[0][field])}' if field in bad[0] else \
+                f'no "{field}"'
+            raise ValueError(f'{ann_file!r}: {name(bad[0])} has {found}{_more(bad)}; '
+                             f'expected {expected}: correct the "{field}" of the entries of '
+                             f'"{key}"')
+
+
+def _more(bad: list) -> str:
+    return f' ({len(bad) - 1} more like it)' if len(bad) > 1 else ''
+
+
+def _entry_id(entry: dict) -> str:
+    return _short(entry.get('id')) if _integer(entry.get('id')) else \
+        f'{_short(entry.get("id"))} (not an integer)'
+
+
+def _image_name(image: dict) -> str:
+    return f'image id {_entry_id(image)} ({_short(image.get("file_name"))})'
+
+
+def _annotation_name(ann: dict) -> str:
+    return f'annotation id {_entry_id(ann)} on image {_short(ann.get("image_id"))}'
+
+
+def _category_name(category: dict) -> str:
+    return f'category id {_entry_id(category)}'
+
+
+def _integer(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
+
+
+def _name(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+CATEGORY_FIELDS = (('id', _integer, 'an integer'), ('name', _name, 'a non-empty string'))
+
+
+def _positive(value) -> bool:
+    return _integer(value) and value > 0
+
+
+def _box(value) -> bool:
+    return isinstance(value, list) and len(value) == 4 and _numbers(value)
+
+
+def _area(value) -> bool:
+    return _number(value) and value >= 0
+
+
+def _crowd(value) -> bool:
+    return _integer(value) and value in (0, 1)
+
+
+def _numbers(values: list) -> bool:
+    """All finite numbers, no booleans (at C speed: COCO's train json has 30 M of them; a
+    sum that overflows means coordinates no image has)."""
+    return set(map(type, values)) <= {int, float} and math.isfinite(sum(values))
+
+
+def _segmentation_type(mask) -> bool:
+    if isinstance(mask, list):
+        return all(isinstance(p, list) and _numbers(p) for p in mask)
+    if isinstance(mask, dict):
+        size, counts = mask.get('size'), mask.get('counts')
+        return (isinstance(size, list) and len(size) == 2 and all(map(_positive, size))
+                and (isinstance(counts, str) or isinstance(counts, list)
+                     and all(_integer(c) and c >= 0 for c in counts)))
+    return False
+
+
+def _polygon_reach(mask, width: int, height: int):
+    """A polygon point more than an image's size outside it: no drawing tool puts one there,
+    and pycocotools allocates its rasterising buffers from the points' spread."""
+    for polygon in mask if isinstance(mask, list) else ():
+        xs, ys = polygon[::2], polygon[1::2]
+        if xs and ys and -width <= min(xs) <= max(xs) <= 2 * width and \
+                -height <= min(ys) <= max(ys) <= 2 * height:
+            continue
+        for x, y in zip(xs, ys):
+            if not (-width <= x <= 2 * width and -height <= y <= 2 * height):
+                return (f'a polygon point ({x}, {y})', f'points on the {width}x{height} '
+                        '(width x height) image, or near it')
+
+
+def _rle_runs(mask, width: int, height: int):
+    """RLE runs that do not add up to the mask's pixels: pycocotools' decoder writes past
+    its buffer (a crash, or a garbled mask) on such counts."""
+    if not isinstance(mask, dict):
+        return None
+    counts = mask['counts']
+    runs = _rle_string_runs(counts) if isinstance(counts, str) else counts
+    pixels = mask['size'][0] * mask['size'][1]
+    if runs is None or sum(runs) != pixels:
+        total = 'counts that do not decode' if runs is None else \
+            f'counts whose runs add up to {sum(runs)} pixels'
+        return (f'{total} ({_short(counts)}), with "size" {mask["size"]}',
+                f'runs that add up to height x width = {pixels} pixels (pycocotools.mask.'
+                'encode writes them)')
+
+
+def _rle_string_runs(counts: str):
+    """The runs of a compressed RLE string (pycocotools' ``rleFrString``), None if it is
+    cut inside a number or holds a character outside its alphabet."""
+    runs, k = [], 0
+    while k < len(counts):
+        value, shift, more = 0, 0, True
+        while more:
+            if k >= len(counts):
+                return None
+            c = ord(counts[k]) - 48
+            if not 0 <= c < 64:
+                return None
+            value |= (c & 0x1f) << 5 * shift
+            more = bool(c & 0x20)
+            k += 1
+            shift += 1
+            if not more and c & 0x10:
+                value |= -1 << 5 * shift
+        if len(runs) > 2:
+            value += runs[-2]
+        runs.append(value)
+    return runs if all(r >= 0 for r in runs) else None
+
+
+def _json_type(value) -> str:
+    for kind, name in ((bool, 'a boolean'), (int, 'a number'), (float, 'a number'),
+                       (str, 'a string'), (list, 'a list'), (dict, 'an object')):
+        if isinstance(value, kind):
+            return name
+    return 'null' if value is None else type(value).__name__
+
+
+def _short(value, limit: int = 60) -> str:
+    """``value`` as the json spells it, cut to ``limit`` characters."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # not from a json; repr tells it
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit - 4] + ' ...'
+
+
+def _unique_files(images: List[dict], ann_file: str) -> None:
+    ids = {}
+    for image in images:
+        ids.setdefault(osp.normpath(image['file_name']), []).append(image['id'])
+    twice = {name: i for name, i in ids.items() if len(i) > 1}
+    if twice:
+        name, repeated = next(iter(twice.items()))
+        more = f' ({len(twice) - 1} more files listed twice)' if len(twice) > 1 else ''
+        raise ValueError(f'{ann_file!r} lists the file {name!r} as {len(repeated)} images, ids '
+                         f'{", ".join(map(repr, repeated))}{more}; one file is one image, and '
+                         'mmdet would train on it once an id: merge their annotations under '
+                         'one image id and delete the other entry')
 
 
 def _unique_ids(entries: List[dict], ann_file: str, kind: str, describe, why: str) -> None:

@@ -9,16 +9,22 @@ config keeps the recipe's model, pipelines and optimizer.
 """
 import json
 import os.path as osp
+from collections import Counter
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
-import mmcv
 import numpy as np
 from mmengine.config import Config
 from mmengine.fileio import list_dir_or_file
 
-from .coco_checks import check_coco, check_same_categories, coco_summary
+from .coco_checks import (
+    check_category_types,
+    check_coco,
+    check_same_categories,
+    coco_summary,
+)
 from .config import innermost_dataset
-from .image_frames import AS_STORED, UPRIGHT, LoadRule, check_frames, load_rule, read_frame
+from .image_decode import Decoded, decode_all, refuse_undecodable
+from .image_frames import AS_STORED, UPRIGHT, LoadRule, check_frames, load_rule
 from .palette import distinct_palette
 
 LOADERS = ('train_dataloader', 'val_dataloader', 'test_dataloader')
@@ -43,8 +49,12 @@ def read_class_file(path: str) -> Tuple[str, ...]:
     if not osp.isfile(path):
         raise FileNotFoundError(f'class file {path!r} does not exist; write one class name a '
                                 'line (label 0 first) or pass its path with --classes')
-    with open(path, encoding='utf-8') as f:
-        names = tuple(line.strip() for line in f if line.strip())
+    try:
+        with open(path, encoding='utf-8') as f:
+            names = tuple(line.strip() for line in f if line.strip())
+    except UnicodeDecodeError as e:
+        raise ValueError(f'class file {path!r} is not UTF-8 text ({e}); write one class name '
+                         'a line, saved as UTF-8') from e
     return _checked_names(names, f'class file {path!r}', 'write one class name a line')
 
 
@@ -65,12 +75,18 @@ def _read_coco(ann_file: str) -> dict:
         raise FileNotFoundError(f'annotation file {ann_file!r} does not exist; pass the COCO '
                                 'json of the split (--train-ann / --val-ann, relative to the '
                                 'data root)')
-    with open(ann_file, encoding='utf-8') as f:
-        return json.load(f)
+    try:
+        with open(ann_file, encoding='utf-8') as f:
+            return json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f'{ann_file!r} is not a JSON file ({" ".join(str(e).split())[:200]}); '
+                         'pass the COCO json of the split, saved as UTF-8 (a json linter '
+                         'shows where it breaks)') from e
 
 
 def _coco_names(coco: dict, ann_file: str) -> Tuple[str, ...]:
-    names = tuple(str(c.get('name', '')).strip() for c in coco.get('categories') or [])
+    check_category_types(coco, ann_file)
+    names = tuple(c['name'].strip() for c in coco.get('categories') or [])
     return _checked_names(names, f'{ann_file!r} (its "categories")',
                           'list every class as {"id": ..., "name": ...} in "categories"')
 
@@ -155,9 +171,10 @@ def _require_dir(path: str, what: str, option: str) -> None:
 
 def check_coco_images(ann_file: str, img_dir: str, option: str, coco: dict,
                       rule: LoadRule = UPRIGHT) -> str:
-    """Fail unless every image the json lists is in ``img_dir`` and loads in the frame the
-    json's ``width`` and ``height`` give it (EXIF orientation included, as ``rule`` loads it).
-    Reads each image's header, no pixel.
+    """Fail unless every image the json lists is in ``img_dir``, decodes as ``rule`` loads it
+    (a file cut short is refused), and loads in the frame the json's ``width`` and ``height``
+    give it (EXIF orientation included). Decodes every image once, in parallel
+    (:func:`~mmvit5.utils.image_decode.decode_all`).
 
     Args:
         ann_file (str): The json's path, for the messages.
@@ -171,15 +188,20 @@ def check_coco_images(ann_file: str, img_dir: str, option: str, coco: dict,
     """
     _require_dir(img_dir, 'image folder', option)
     images = coco['images']
-    missing = [i['file_name'] for i in images
-               if not osp.isfile(osp.join(img_dir, i['file_name']))]
+    paths = [osp.join(img_dir, i['file_name']) for i in images]
+    missing = [i['file_name'] for i, path in zip(images, paths) if not osp.isfile(path)]
     if missing:
         raise FileNotFoundError(f'{len(missing)} of the {len(images)} images {ann_file!r} '
                                 f'lists are not in {img_dir!r} (first: {missing[0]!r}); point '
                                 f'{option} at the folder the "file_name"s are relative to')
+    names = [f'{i["file_name"]!r} (id {i["id"]!r})' for i in images]
+    decoded = decode_all(paths, rule)
+    refuse_undecodable(decoded, names, 'images', f'{ann_file!r} lists',
+                       'delete them and their annotations from the json '
+                       '(--no-image-check skips this check)')
     return check_frames(
-        [(osp.join(img_dir, i['file_name']), f'{i["file_name"]!r} (id {i["id"]!r})',
-          'the json says', (i['width'], i['height'])) for i in images], rule,
+        [(path, name, 'the json says', (i['width'], i['height']), d.frame)
+         for path, name, i, d in zip(paths, names, images, decoded)], rule,
         f'the size {ann_file!r} gives them',
         'write each image\'s size into its "width" and "height", and check that its '
         'annotations were drawn on that image (a resized image needs them scaled too)')
@@ -199,8 +221,8 @@ def read_coco_splits(data_root: str, train_ann: str, val_ann: str) -> Dict[str, 
     paths = dict(train=osp.join(data_root, train_ann), val=osp.join(data_root, val_ann))
     jsons = {split: _read_coco(path) for split, path in paths.items()}
     for split, path in paths.items():
-        _coco_names(jsons[split], path)
         check_coco(jsons[split], path)
+        _coco_names(jsons[split], path)
     check_same_categories(jsons['train'], jsons['val'], paths['train'], paths['val'])
     return jsons
 
@@ -222,8 +244,8 @@ def use_coco_data(cfg: Config, data_root: str, train_ann: str, train_img: str, v
         train_img (str): Folder the training json's file names are relative to.
         val_ann (str): Validation json (also the test split).
         val_img (str): Folder of the validation images.
-        check_images (bool): Check that every listed image is there and loads at the size
-            the json gives it (one header read an image).
+        check_images (bool): Check that every listed image is there, decodes, and loads at
+            the size the json gives it (every image decoded once).
         jsons (dict, optional): What :func:`read_coco_splits` returned, if it ran already.
 
     Returns:
@@ -263,36 +285,67 @@ def seg_pairs(img_dir: str, mask_dir: str, img_suffix: str, mask_suffix: str,
     images = sorted(list_dir_or_file(img_dir, list_dir=False, suffix=img_suffix,
                                      recursive=True))
     if not images:
-        raise FileNotFoundError(f'no {img_suffix!r} images in {img_dir!r}; pass the folder '
-                                f'with {img_option}, or the file ending with --img-suffix')
+        raise FileNotFoundError(f'no {img_suffix!r} images in {img_dir!r} (it holds '
+                                f'{_endings(img_dir)}); '
+                                f'pass the folder with {img_option}, or the file ending with '
+                                '--img-suffix')
     pairs = [(osp.join(img_dir, i), osp.join(mask_dir, i[:-len(img_suffix)] + mask_suffix))
              for i in images]
     missing = [m for _, m in pairs if not osp.isfile(m)]
     if missing:
         raise FileNotFoundError(f'{len(missing)} of the {len(pairs)} images in {img_dir!r} '
-                                f'have no mask (first: {missing[0]!r}); a mask has its image\'s '
-                                f'name ending in {mask_suffix!r} (--mask-suffix) in '
+                                f'have no mask (first: {missing[0]!r}); {mask_dir!r} holds '
+                                f'{_endings(mask_dir)}, and a mask has its '
+                                f'image\'s name ending in {mask_suffix!r} (--mask-suffix) in '
                                 f'{mask_option}')
     return pairs
 
 
-def check_masks(masks: Sequence[str], num_classes: int, reduce_zero_label: bool) -> int:
-    """Fail on a mask mmseg would misread: not one channel, or a value that is no label.
-    Returns how many masks label no pixel at all (only ignored values).
+def _endings(folder: str) -> str:
+    """``"3 '.png', 1 '.txt' files"``: the file endings in ``folder``, most common first."""
+    endings = Counter(osp.splitext(f)[1] or f for f in list_dir_or_file(
+        folder, list_dir=False, recursive=True))
+    listed = ', '.join(f'{n} {e!r}' for e, n in endings.most_common(3))
+    return f'{listed} file{"s" * (sum(endings.values()) > 1)}' if listed else 'no file'
+
+
+def unpaired_masks(mask_dir: str, pairs: Sequence[Tuple[str, str]], mask_suffix: str) -> list:
+    """The masks under ``mask_dir`` that no image of ``pairs`` has: mmseg lists the images,
+    so these are never read."""
+    used = {osp.normpath(m) for _, m in pairs}
+    return sorted(m for m in (osp.normpath(osp.join(mask_dir, f)) for f in list_dir_or_file(
+        mask_dir, list_dir=False, suffix=mask_suffix, recursive=True)) if m not in used)
+
+
+def check_masks(masks: Sequence[str], num_classes: int, reduce_zero_label: bool,
+                decoded: Optional[Sequence[Decoded]] = None) -> int:
+    """Fail on a mask mmseg would misread: one that does not decode, not one channel, or a
+    value that is no label. Returns how many masks label no pixel at all (only ignored
+    values).
 
     Masks are read as mmseg's ``LoadAnnotations`` reads them (pillow, unchanged: a palette PNG
     gives its indices). Labels are ``0 .. num_classes - 1``, or with ``reduce_zero_label``
     ``1 .. num_classes`` (0 is then ignored); 255 is ignored either way.
+
+    Args:
+        masks (Sequence[str]): The mask files.
+        num_classes (int): The class count.
+        reduce_zero_label (bool): Value 0 is unlabelled, value v class v - 1.
+        decoded (Sequence[Decoded], optional): What ``decode_all(masks, AS_STORED,
+            values=True)`` returned, if it ran already.
     """
+    if decoded is None:
+        decoded = decode_all(masks, AS_STORED, values=True, what='masks')
+    refuse_undecodable(decoded, [repr(m) for m in masks], 'masks', 'in the mask folders',
+                       'delete them and their images (--no-mask-check skips this check)')
     low, high = (1, num_classes) if reduce_zero_label else (0, num_classes - 1)
     unlabelled = 0
-    for path in masks:
-        mask = mmcv.imread(path, flag='unchanged', backend='pillow')
-        if mask.ndim != 2:
-            raise ValueError(f'mask {path!r} has {mask.shape[2]} channels; mmseg reads one '
+    for path, mask in zip(masks, decoded):
+        if mask.channels != 1:
+            raise ValueError(f'mask {path!r} has {mask.channels} channels; mmseg reads one '
                              'class index a pixel from single-channel (grayscale or palette) '
                              'PNGs: convert colour masks to indices')
-        values = np.unique(mask)
+        values = mask.values
         unlabelled += not np.any((values >= low) & (values <= high))
         bad = values[((values < low) | (values > high)) & (values != IGNORE_INDEX)]
         if reduce_zero_label:
@@ -330,9 +383,9 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         mask_suffix (str): Mask file ending.
         reduce_zero_label (bool): Mask value 0 is unlabelled and value ``v`` is class
             ``v - 1`` (ADE20K's convention); else value ``v`` is class ``v``.
-        check (bool): Check that every image loads at its mask's size (EXIF orientation
-            included, one header read a file) and every mask's values (one pass over the
-            masks).
+        check (bool): Decode every image and mask once (a file cut short is refused), and
+            check that every image loads at its mask's size (EXIF orientation included) and
+            every mask's values.
 
     Returns:
         OwnData: The class names, label 0 first, and a summary line a split.
@@ -346,15 +399,24 @@ def use_seg_folder(cfg: Config, data_root: str, classes_file: str, train_img: st
         pairs = seg_pairs(osp.join(data_root, img), osp.join(data_root, mask), img_suffix,
                           mask_suffix, img_option, mask_option)
         line = f'{split}: {len(pairs)} images'
+        extra = unpaired_masks(osp.join(data_root, mask), pairs, mask_suffix)
+        if extra:
+            line += (f'; {len(extra)} mask{"s" * (len(extra) > 1)} without an image (first: '
+                     f'{extra[0]!r}): not used')
         if check:
+            rule = load_rule(innermost_dataset(cfg[loader].dataset).get('pipeline'))
+            images = decode_all([i for i, _ in pairs], rule)
+            refuse_undecodable(images, [repr(i) for i, _ in pairs], 'images',
+                               f'in {osp.join(data_root, img)!r}', 'delete them and their '
+                               'masks (--no-mask-check skips this check)')
+            masks = decode_all([m for _, m in pairs], AS_STORED, values=True, what='masks')
+            empty = check_masks([m for _, m in pairs], len(classes), reduce_zero_label, masks)
             note = check_frames(
-                [(i, repr(i), f'its mask {m!r} is', read_frame(m, AS_STORED).loaded)
-                 for i, m in pairs],
-                load_rule(innermost_dataset(cfg[loader].dataset).get('pipeline')),
+                [(i, repr(i), f'its mask {m!r} is', mask.frame.loaded, image.frame)
+                 for (i, m), image, mask in zip(pairs, images, masks)], rule,
                 'the size of their masks', 'a mask has its image\'s size: resize the mask '
                 'with nearest-neighbour (interpolated labels are no labels), or pair it with '
                 'its own image')
-            empty = check_masks([m for _, m in pairs], len(classes), reduce_zero_label)
             if empty:
                 line += (f'; {empty} mask{"s" * (empty > 1)} without a labelled pixel (only '
                          'ignored values): kept, adding nothing to the loss or the score')

@@ -113,14 +113,14 @@ def _valid(orientation) -> int:
     return orientation if orientation in TURNS else 1
 
 
-def check_frames(items: Sequence[Tuple[str, str, str, Tuple[int, int]]], rule: LoadRule,
-                 annotated: str, fix: str) -> str:
+def check_frames(items: Sequence[Tuple[str, str, str, Tuple[int, int], ImageFrame]],
+                 rule: LoadRule, annotated: str, fix: str) -> str:
     """Fail unless every image loads in the frame its annotations were drawn in.
 
     Args:
         items: (image path, how to name it, how to name its annotations' size, that size as
-            (width, height)) an image, e.g. ``('data/a.jpg', "'a.jpg' (id 3)", 'the json says',
-            (640, 480))``.
+            (width, height), its frame (:func:`read_frame`)) an image, e.g. ``('data/a.jpg',
+            "'a.jpg' (id 3)", 'the json says', (640, 480), frame)``.
         rule (LoadRule): How the pipeline loads the images.
         annotated (str): What the sizes are, for the messages (e.g. 'the size the json
             gives them').
@@ -130,8 +130,7 @@ def check_frames(items: Sequence[Tuple[str, str, str, Tuple[int, int]]], rule: L
         str: The summary's note on the images with an orientation tag ('' if none).
     """
     tagged, swapped, wrong = [], [], []
-    for path, name, source, size in items:
-        frame = read_frame(path, rule)
+    for path, name, source, size, frame in items:
         if frame.orientation != 1:
             tagged.append((path, name, frame))
         if tuple(size) != frame.loaded:

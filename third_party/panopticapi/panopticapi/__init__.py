@@ -1,0 +1,1 @@
+"""The part of the COCO panoptic API (github.com/cocodataset/panopticapi) that mmdet imports."""
