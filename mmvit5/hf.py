@@ -60,8 +60,9 @@ class Vit5BackboneConfig(BackboneConfigMixin, PreTrainedConfig):
             whose maps the backbone gives, among ``stage_names`` (``'stem'``, ``'stage1'`` ..
             ``'stageN'``, stage ``i`` being block ``i - 1``); the stem cannot be taken. Default:
             four evenly spaced stages ending at the last (3, 6, 9, 12 for 12 blocks), one per
-            pyramid level and DPT's four. With the pyramid, one stage (ViTDet: every level
-            from it) or four (one per level, as the UperNet recipe).
+            pyramid level and DPT's four; the last alone for fewer than four blocks. With the
+            pyramid, one stage (ViTDet: every level from it) or four (one per level, as the
+            UperNet recipe).
 
     The maps are the blocks' outputs; the last block's after the final norm, as the dense
     recipes take them.
@@ -98,8 +99,9 @@ class Vit5BackboneConfig(BackboneConfigMixin, PreTrainedConfig):
         out_indices = kwargs.pop('out_indices', None)
         out_features = kwargs.pop('out_features', None)
         if out_indices is None and out_features is None:
+            # four blocks evenly spaced, ending at the last; the last alone below four blocks
             depth = self.num_hidden_layers
-            out_indices = sorted({max(1, round(depth * k / 4)) for k in range(1, 5)})
+            out_indices = [depth * k // 4 for k in range(1, 5)] if depth >= 4 else [depth]
         self.set_output_features_output_indices(out_features=out_features,
                                                 out_indices=out_indices)
         super().__post_init__(**kwargs)

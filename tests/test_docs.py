@@ -30,6 +30,8 @@ BLOCK = re.compile(r'^```python\n(.*?)^```', re.DOTALL | re.MULTILINE)
 # blocks that need a file another test makes, and that test runs them
 RUN_ELSEWHERE = {f'docs/en/user_guides/onnx.md#{i}': 'tests/test_deploy_tasks.py runs it on '
                  'the graph it exports' for i in range(4)}
+RUN_ELSEWHERE['docs/en/user_guides/hf.md#2'] = ('tests/test_hf.py runs it shortened (300 CPU '
+                                                'steps here)')
 
 
 def python_blocks():

@@ -224,3 +224,23 @@ def test_pretrained_backbone_in_a_head(released):
     assert torch.equal(state['backbone.vit5.blocks.1.attn.qkv.weight'],
                        sd['blocks.1.attn.qkv.weight'])
     assert torch.equal(state['backbone.vit5.pos_embed'], sd['pos_embed'])
+
+
+def test_guide_finetune_raises_held_out_miou(toy_root, tmp_path, monkeypatch):
+    """docs/en/user_guides/hf.md's fine-tune, shortened (fewer steps, a narrower model, the
+    session's toy set at 64 px): transformers' Trainer trains UperNet on ViT-5, and the mIoU
+    on the held-out images rises."""
+    import re
+
+    from conftest import guide_snippets
+    code = guide_snippets('user_guides/hf.md')['finetune']
+    settings = {'DATA': repr(str(toy_root / 'data' / 'toy' / 'ade' / 'ADEChallengeData2016')),
+                'SIZE, STEPS, WIDTH, DEPTH': '128, 60, 64, 2'}
+    for name, value in settings.items():
+        code, count = re.subn(rf'^{re.escape(name)} = .*$', f'{name} = {value}', code,
+                              flags=re.MULTILINE)
+        assert count == 1, name
+    monkeypatch.chdir(tmp_path)
+    scope = {'__name__': '__docs__'}
+    exec(compile(code, 'hf.md#finetune', 'exec'), scope)
+    assert scope['after'] > scope['before'] + 0.1, (scope['before'], scope['after'])
