@@ -136,7 +136,6 @@ class Vit5PreTrainedModel(PreTrainedModel):
     config_class = Vit5BackboneConfig
     base_model_prefix = 'vit5'
     main_input_name = 'pixel_values'
-    supports_gradient_checkpointing = False
 
     def _init_weights(self, module: torch.nn.Module) -> None:
         std = self.config.initializer_range
@@ -175,6 +174,9 @@ class Vit5Backbone(BackboneMixin, Vit5PreTrainedModel):
           (B, 1 + H / 16 * W / 16, hidden_size).
     """
 
+    has_attentions = False  # transformers' heads then pass no output_attentions
+    supports_gradient_checkpointing = True
+
     def __init__(self, config: Vit5BackboneConfig):
         super().__init__(config)
         vit5 = config.vit5_config()
@@ -188,6 +190,17 @@ class Vit5Backbone(BackboneMixin, Vit5PreTrainedModel):
                                              num_outs=len(PYRAMID_SCALES))
         self.num_features = [channels] * len(config.stage_names)
         self.post_init()
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        """ViT5's activation checkpointing of each block (its ``grad_checkpointing``), the
+        switch that transformers' ``activation_checkpointing_enable`` sets; ViT5 runs torch's
+        non-reentrant checkpoint whatever function transformers hands over."""
+        return 'vit5' in self._modules and self.vit5.grad_checkpointing
+
+    @gradient_checkpointing.setter
+    def gradient_checkpointing(self, enable: bool) -> None:
+        self.vit5.grad_checkpointing = enable
 
     @property
     def channels(self) -> List[int]:

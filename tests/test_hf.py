@@ -182,8 +182,12 @@ def test_dpt(tmp_path):
                        is_hybrid=False, neck_hidden_sizes=[16, 32, 64, 64],
                        fusion_hidden_size=32, head_hidden_size=16)
     model = DPTForDepthEstimation(config)
+    model.activation_checkpointing_enable()  # reaches ViT5's own switch
+    assert model.backbone.vit5.grad_checkpointing
     x = images(H, W)
     out = loss_and_grads(model, x, depth=torch.rand(2, H, W))
+    model.activation_checkpointing_disable()
+    assert not model.backbone.vit5.grad_checkpointing
     assert out.predicted_depth.shape == (2, H, W)
     round_trip(model, tmp_path, x, lambda o: o.predicted_depth)
 
