@@ -195,8 +195,13 @@ def test_dpt(tmp_path):
 def test_released_weights(released):
     """The converted folder loads with AutoBackbone offline; its last map is the public code's
     last block after the final norm, and mmvit5's ViT5 on the released file."""
+    from convert_checkpoint import convert
     sd, folder = released
     assert sorted(os.listdir(folder / 'hf')) == ['config.json', 'model.safetensors']
+    with pytest.raises(ValueError, match='--keep-head does not apply to --layout hf'):
+        convert(str(folder / 'vit5_small_patch16_224.pth'), str(folder / 'hf2'), keep_head=True,
+                layout='hf')
+    assert not (folder / 'hf2').exists()
     backbone = AutoBackbone.from_pretrained(str(folder / 'hf')).eval()
     assert type(backbone) is Vit5Backbone
     assert (backbone.config.hidden_size, backbone.config.num_attention_heads) == (DIM, HEADS)

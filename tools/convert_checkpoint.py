@@ -99,6 +99,7 @@ def write_hf_folder(state: dict, dst: str, meta: dict, config) -> None:
 
     if os.path.isfile(dst):
         raise ValueError(f'--layout hf writes a folder, but {dst} is a file; give a folder path')
+    config.architectures = ['Vit5Backbone']  # as save_pretrained writes it
     os.makedirs(dst, exist_ok=True)
     with atomic_open(os.path.join(dst, 'model.safetensors'), 'wb') as f:
         f.write(safetensors.torch.save({k: v.contiguous() for k, v in state.items()},
@@ -120,7 +121,10 @@ def main() -> None:
     args = parser.parse_args()
     if os.path.abspath(args.src) == os.path.abspath(args.dst):
         parser.error('dst must differ from src: the released file is never overwritten')
-    convert(args.src, args.dst, args.img_size, args.keep_head, args.ema, layout=args.layout)
+    try:
+        convert(args.src, args.dst, args.img_size, args.keep_head, args.ema, layout=args.layout)
+    except ValueError as e:  # a bad combination of options or paths: one line, not a traceback
+        parser.error(str(e))
 
 
 if __name__ == '__main__':
