@@ -5,6 +5,7 @@ every class mmvit5 registers."""
 import ast
 import glob
 import importlib
+import importlib.util
 import os
 import os.path as osp
 import pkgutil
@@ -40,6 +41,8 @@ def python_blocks():
             for i, match in enumerate(BLOCK.finditer(f.read())):
                 block = f'{osp.relpath(page, REPO)}#{i}'
                 marks = [pytest.mark.skip(RUN_ELSEWHERE[block])] if block in RUN_ELSEWHERE else []
+                if page.endswith('hf.md') and importlib.util.find_spec('transformers') is None:
+                    marks.append(pytest.mark.skip('transformers is not installed (extra hf)'))
                 yield pytest.param(match.group(1), id=block, marks=marks)
 
 

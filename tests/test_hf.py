@@ -81,6 +81,7 @@ def test_config_registered_and_checked():
         Vit5BackboneConfig(**dict(TINY, num_attention_heads=3))
 
 
+@pytest.mark.slow  # a process of its own
 def test_import_mmvit5_without_transformers_then_registered():
     """``import mmvit5`` works where transformers is absent and imports no mmvit5.hf; importing
     transformers afterwards registers 'vit5' (as timm's registration, mmvit5/timm.py)."""
@@ -235,6 +236,7 @@ def test_pretrained_backbone_in_a_head(released):
     assert torch.equal(state['backbone.vit5.pos_embed'], sd['pos_embed'])
 
 
+@pytest.mark.slow  # trains (60 steps, ~30 s on 2 cores)
 def test_guide_finetune_raises_held_out_miou(toy_root, tmp_path, monkeypatch):
     """docs/en/user_guides/hf.md's fine-tune, shortened (fewer steps, a narrower model, the
     session's toy set at 64 px): transformers' Trainer trains UperNet on ViT-5, and the mIoU
