@@ -11,6 +11,7 @@ The released weights become a transformers folder (``config.json`` + ``model.saf
 with ``python tools/convert_checkpoint.py vit5_small_patch16_224.pth DIR --layout hf``
 (:func:`released_config`); ``AutoBackbone.from_pretrained(DIR)`` reads it offline.
 """
+import dataclasses
 import os
 from typing import List, Optional, Tuple, Union
 
@@ -179,8 +180,7 @@ class Vit5Backbone(BackboneMixin, Vit5PreTrainedModel):
 
     def __init__(self, config: Vit5BackboneConfig):
         super().__init__(config)
-        vit5 = config.vit5_config()
-        self.vit5 = ViT5(**{name: getattr(vit5, name) for name in vit5.__dataclass_fields__})
+        self.vit5 = ViT5(**dataclasses.asdict(config.vit5_config()))
         channels = config.hidden_size
         if config.feature_pyramid:
             channels = config.pyramid_channels or config.hidden_size

@@ -193,9 +193,10 @@ def test_dpt(tmp_path):
     round_trip(model, tmp_path, x, lambda o: o.predicted_depth)
 
 
-def test_released_weights(released):
-    """The converted folder loads with AutoBackbone offline; its last map is the public code's
-    last block after the final norm, and mmvit5's ViT5 on the released file."""
+def test_released_weights(released, monkeypatch):
+    """The converted folder loads with AutoBackbone offline, by an absolute or a relative path
+    (transformers alone asks the hub about either); its last map is the public code's last
+    block after the final norm, and mmvit5's ViT5 on the released file."""
     from convert_checkpoint import convert
     sd, folder = released
     assert sorted(os.listdir(folder / 'hf')) == ['config.json', 'model.safetensors']
@@ -203,8 +204,13 @@ def test_released_weights(released):
         convert(str(folder / 'vit5_small_patch16_224.pth'), str(folder / 'hf2'), keep_head=True,
                 layout='hf')
     assert not (folder / 'hf2').exists()
+    assert type(AutoConfig.from_pretrained(str(folder / 'hf'))) is Vit5BackboneConfig
+    monkeypatch.chdir(folder)
+    relative = AutoBackbone.from_pretrained('hf')
     backbone = AutoBackbone.from_pretrained(str(folder / 'hf')).eval()
     assert type(backbone) is Vit5Backbone
+    assert all(torch.equal(a, b) for a, b in zip(relative.state_dict().values(),
+                                                 backbone.state_dict().values()))
     assert (backbone.config.hidden_size, backbone.config.num_attention_heads) == (DIM, HEADS)
     vit5 = ViT5(arch=dict(embed_dim=DIM, depth=DEPTH, num_heads=HEADS), img_size=IMG,
                 init_cfg=dict(type='Pretrained',
@@ -222,8 +228,9 @@ def test_released_weights(released):
 
 
 def test_pretrained_backbone_in_a_head(released):
-    """The weights of such a folder in UperNet: transformers 5 ignores use_pretrained_backbone
-    (its backbone config is built, never loaded), so the loaded backbone goes in."""
+    """The weights of such a folder in UperNet: transformers 5.1+ ignores
+    use_pretrained_backbone (a head's backbone is built from its config, never loaded), so the
+    loaded backbone goes in."""
     sd, folder = released
     backbone = AutoBackbone.from_pretrained(str(folder / 'hf'), feature_pyramid=True)
     model = UperNetForSemanticSegmentation(UperNetConfig(
