@@ -10,7 +10,7 @@ from _mmvit5_hook import PTH_LINE, PTH_NAME
 here = os.path.dirname(os.path.abspath(__file__))
 
 
-EXTRAS = ('tests', 'benchmark', 'deploy', 'docs')
+EXTRAS = ('tests', 'benchmark', 'deploy', 'docs', 'hf')
 
 
 def read_requirements(name: str) -> list:

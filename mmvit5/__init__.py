@@ -24,6 +24,7 @@ from .models import *  # noqa: F401,F403,E402
 from .utils.after_import import import_after  # noqa: E402
 
 import_after('timm', 'mmvit5.timm')  # the ViT-5 models in timm's registry, timm stays optional
+import_after('transformers', 'mmvit5.hf')  # 'vit5' in AutoConfig/AutoBackbone, the same way
 from .version import __version__  # noqa: E402
 
 __all__ = ['__version__']

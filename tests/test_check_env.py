@@ -56,6 +56,7 @@ def test_plain_install_brings_no_tool_only_package(tmp_path):
     assert {'onnx', 'onnxruntime', 'onnxscript'} <= by_extra['deploy']
     assert {'sphinx', 'myst-parser', 'sphinx-copybutton'} <= by_extra['docs']
     assert 'pytest' in by_extra['tests']
+    assert {'transformers', 'accelerate'} <= by_extra['hf']
     assert by_extra['all'] == set().union(*(v for k, v in by_extra.items() if k != 'all'))
 
 

@@ -5,6 +5,7 @@ every class mmvit5 registers."""
 import ast
 import glob
 import importlib
+import importlib.util
 import os
 import os.path as osp
 import pkgutil
@@ -30,6 +31,8 @@ BLOCK = re.compile(r'^```python\n(.*?)^```', re.DOTALL | re.MULTILINE)
 # blocks that need a file another test makes, and that test runs them
 RUN_ELSEWHERE = {f'docs/en/user_guides/onnx.md#{i}': 'tests/test_deploy_tasks.py runs it on '
                  'the graph it exports' for i in range(4)}
+RUN_ELSEWHERE['docs/en/user_guides/hf.md#2'] = ('tests/test_hf.py runs it shortened (300 CPU '
+                                                'steps here)')
 
 
 def python_blocks():
@@ -38,6 +41,8 @@ def python_blocks():
             for i, match in enumerate(BLOCK.finditer(f.read())):
                 block = f'{osp.relpath(page, REPO)}#{i}'
                 marks = [pytest.mark.skip(RUN_ELSEWHERE[block])] if block in RUN_ELSEWHERE else []
+                if page.endswith('hf.md') and importlib.util.find_spec('transformers') is None:
+                    marks.append(pytest.mark.skip('transformers is not installed (extra hf)'))
                 yield pytest.param(match.group(1), id=block, marks=marks)
 
 

@@ -4,6 +4,8 @@
         checkpoints/vit5_base_mmengine.pth [--img-size 1024] [--keep-head] [--ema]
     python tools/convert_checkpoint.py vit5_base_patch16_224.pth \
         checkpoints/vit5_base_patch16_224.safetensors --layout timm --keep-head
+    python tools/convert_checkpoint.py vit5_small_patch16_224.pth checkpoints/vit5-s-hf \
+        --layout hf
 
 The layout ``mmengine`` (default) writes an mmengine checkpoint (``state_dict`` + ``meta``)
 whose keys are ``backbone.*`` (loadable by ``load_from`` in mmdet/mmseg/mmpretrain configs and
@@ -12,9 +14,12 @@ mmpretrain's ``head.fc.*``. The layout ``timm`` keeps the model's own keys (``he
 ``--keep-head``): the state dict of ``timm.create_model('vit5_..._patch16_...')``, which timm's
 ``checkpoint_path=`` loads as well. A ``dst`` ending in ``.safetensors`` is written as
 safetensors (tensors only, the meta as string metadata under ``mmvit5``), anything else with
-``torch.save``. ``--img-size`` resizes ``pos_embed`` (bicubic, as the reference's fine-tuning
-code) for a model whose ``img_size`` is that size. The output is written to a temporary file
-and renamed, so an interrupted run never leaves a half-written checkpoint.
+``torch.save``. The layout ``hf`` writes a Hugging Face transformers folder, ``config.json``
+and ``model.safetensors`` of :class:`mmvit5.hf.Vit5Backbone` (keys ``vit5.*``, no classifier),
+which ``AutoBackbone.from_pretrained(dst)`` loads. ``--img-size`` resizes ``pos_embed``
+(bicubic, as the reference's fine-tuning code) for a model whose ``img_size`` is that size.
+The output is written to a temporary file and renamed, so an interrupted run never leaves a
+half-written checkpoint.
 """
 import argparse
 import json
@@ -22,8 +27,8 @@ import os
 import sys
 import time
 
-# where each layout puts the backbone and the classifier
-LAYOUTS = dict(mmengine=('backbone.', 'head.fc.'), timm=('', 'head.'))
+# where each layout puts the backbone and the classifier (transformers' backbone has none)
+LAYOUTS = dict(mmengine=('backbone.', 'head.fc.'), timm=('', 'head.'), hf=('vit5.', None))
 
 
 def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
@@ -43,6 +48,9 @@ def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
     def step(message):
         print(f'[convert] {message}', file=sys.stderr)
 
+    if layout == 'hf' and keep_head:
+        raise ValueError('--keep-head does not apply to --layout hf: transformers\' backbone '
+                         'has no classifier; drop --keep-head (or use --layout timm)')
     step(f'reading {src}')
     state = extract_state_dict(read_checkpoint(src), 'model_ema' if ema else None)
     check_vit5_state(state, src)
@@ -65,6 +73,12 @@ def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
     meta = dict(source=os.path.abspath(src), converted_by='mmvit5 tools/convert_checkpoint.py',
                 time=time.strftime('%Y-%m-%d %H:%M:%S'), ema=ema, layout=layout,
                 img_size=img_size or src_grid[0] * patch_size)
+    if layout == 'hf':
+        from mmvit5.hf import released_config
+        write_hf_folder(out, dst, meta, released_config(state, patch_size,
+                                                        image_size=meta['img_size']))
+        step(f'wrote {len(out)} tensors and config.json to {dst}')
+        return meta
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     with atomic_open(dst, 'wb') as f:
         if is_safetensors(dst):
@@ -74,6 +88,24 @@ def convert(src: str, dst: str, img_size=None, keep_head=False, ema=False,
             torch.save(dict(state_dict=out, meta=meta), f)
     step(f'wrote {len(out)} tensors to {dst}')
     return meta
+
+
+def write_hf_folder(state: dict, dst: str, meta: dict, config) -> None:
+    """``dst/config.json`` (``config``, a :class:`mmvit5.hf.Vit5BackboneConfig`) and
+    ``dst/model.safetensors`` (``state``), each written to a temporary file and renamed."""
+    import safetensors.torch
+
+    from mmvit5.utils.atomic_file import atomic_open
+
+    if os.path.isfile(dst):
+        raise ValueError(f'--layout hf writes a folder, but {dst} is a file; give a folder path')
+    config.architectures = ['Vit5Backbone']  # as save_pretrained writes it
+    os.makedirs(dst, exist_ok=True)
+    with atomic_open(os.path.join(dst, 'model.safetensors'), 'wb') as f:
+        f.write(safetensors.torch.save({k: v.contiguous() for k, v in state.items()},
+                                       metadata=dict(format='pt', mmvit5=json.dumps(meta))))
+    with atomic_open(os.path.join(dst, 'config.json'), 'w') as f:
+        f.write(config.to_json_string())
 
 
 def main() -> None:
@@ -89,7 +121,10 @@ def main() -> None:
     args = parser.parse_args()
     if os.path.abspath(args.src) == os.path.abspath(args.dst):
         parser.error('dst must differ from src: the released file is never overwritten')
-    convert(args.src, args.dst, args.img_size, args.keep_head, args.ema, layout=args.layout)
+    try:
+        convert(args.src, args.dst, args.img_size, args.keep_head, args.ema, layout=args.layout)
+    except ValueError as e:  # a bad combination of options or paths: one line, not a traceback
+        parser.error(str(e))
 
 
 if __name__ == '__main__':

@@ -10,8 +10,8 @@
 #      MMCV_OPS=compiled, its C++ (and with FORCE_CUDA=1, CUDA) ops are built against the
 #      installed torch instead (13-19 min on 2 cores). Either wheel is cached per torch.
 #   3. mmengine, mmdet, mmsegmentation, mmpretrain and the rest of the runtime, with every extra
-#      of setup.py (tests, benchmark, deploy, docs: requirements.txt lists their files), since
-#      the quickstart and the test suite use them all.
+#      of setup.py (tests, benchmark, deploy, docs, hf: requirements.txt lists their files), since
+#      the quickstart and the test suite use them all; transformers pinned at 5.25.0.
 #   4. mmvit5 itself (editable) and its start-up file `mmvit5-mmcv-ext.pth`, which lets every
 #      Python process of the environment import mmcv.ops without compiled ops.
 #
@@ -35,7 +35,9 @@ case "$OPS" in torchvision|compiled) ;; *)
   exit 2 ;;
 esac
 
-EXTRAS=tests,benchmark,deploy,docs  # the extras of setup.py that requirements.txt installs
+EXTRAS=tests,benchmark,deploy,docs,hf  # the extras of setup.py that requirements.txt installs
+# the versions of the hf extra's ranges (requirements/hf.txt) that CI runs
+HF_PINS=(transformers==5.25.0 accelerate==1.16.0)
 
 # 0. Already done? One check covers versions, extras, the mmcv ops backend and this checkout.
 if "$PY" "$here/tools/check_env.py" --quiet --repo "$here" --mmcv-ops "$OPS" --extras "$EXTRAS" \
@@ -121,7 +123,7 @@ fi
 #    dependencies, e.g. opencv, come with it). --no-cache-dir: pip's wheel cache does not key
 #    on the torch version.
 say "step 3/4: mmengine, mmdet, mmsegmentation, mmpretrain, helpers and extras"
-"${pip[@]}" install --no-cache-dir -r "$here/requirements.txt" ${wheel:+"$wheel"}
+"${pip[@]}" install --no-cache-dir -r "$here/requirements.txt" "${HF_PINS[@]}" ${wheel:+"$wheel"}
 # panoptic evaluation (CocoPanopticMetric): the part of the COCO panoptic API that mmdet
 # imports, third_party/panopticapi (numpy only). It replaces panopticapi-lite, which declares
 # numpy<2 and scikit-image and so failed `pip check` beside opencv's numpy 2.
