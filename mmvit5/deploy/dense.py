@@ -17,6 +17,14 @@ import torch.nn.functional as F
 DENSE_MODES = ('whole', 'slide', 'slide_flip')
 
 
+class Sides(tuple):
+    """(H, W) that ``copy.deepcopy`` returns as they are: mmseg's Mask2Former head copies the
+    metainfo into a data sample, and symbolic sides (a graph's) cannot be copied."""
+
+    def __deepcopy__(self, memo) -> 'Sides':
+        return self
+
+
 def test_mode(model: nn.Module) -> str:
     """What the model's ``predict`` runs: its ``test_cfg.mode``, except that mmseg 1.2's
     ``DepthEstimator.inference`` runs ``whole`` for ``slide`` (its ``slide`` branch is
@@ -71,8 +79,8 @@ class DenseMap(nn.Module):
             self.stride = tuple(model.test_cfg.stride)
 
     def window(self, x: torch.Tensor) -> torch.Tensor:
-        # img_shape as a torch.Size: mmseg's heads resize their output to it (the padded size)
-        metas = [dict(img_shape=x.shape[2:])]
+        # mmseg's heads resize their output to img_shape (the padded size)
+        metas = [dict(img_shape=Sides(x.shape[2:]))]
         out = self.model.encode_decode(x, metas)
         if self.flip:
             out = (out + self.model.encode_decode(x.flip(3), metas).flip(3)) / 2.0

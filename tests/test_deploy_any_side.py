@@ -1,0 +1,134 @@
+"""Dynamic whole-model graphs at any side (issue 42): ``tools/export_onnx.py CONFIG --dynamic``
+passes its own default check for every shipped and toy ViT-5 config, and the dense and
+panoptic graphs give the config's own ``test_step`` at sides that are multiples of neither 16
+nor 32 (primes among them), batch 2 included.
+
+Each config is shrunk as tests/test_recipes.py shrinks it (one 32-wide block, 16-wide heads,
+Mask2Former with one layer and 10 queries), except the toy UperNet, exported as shipped.
+Configs whose shrunk models are the same but for the training-only stochastic depth (the
+ViT-5 S/B/L variants of one recipe) are exported once. The ablation configs change the backbone's switches only, which
+tests/test_deploy.py and tests/test_vit5_switches.py cover.
+"""
+import contextlib
+import glob
+import io
+import json
+import os.path as osp
+
+import pytest
+import torch
+from mmengine.config import Config
+
+from conftest import REPO, small_mask2former
+from mmvit5.deploy import build_model, model_kind
+from mmvit5.deploy.predict import OnnxModel
+from mmvit5.utils import shrink_model
+
+pytest.importorskip('onnxruntime')
+
+# (batch, H, W): multiples of neither 16 nor 32; 97, 131, 101 and 67 are primes
+SIDES = ((2, 97, 131), (1, 101, 70), (1, 67, 250))
+AS_SHIPPED = ('toy/vit5-tiny_upernet_shapes.py', )
+
+
+def shrunk(name: str) -> Config:
+    cfg = Config.fromfile(osp.join(REPO, 'configs', name))
+    if name not in AS_SHIPPED:
+        shrink_model(cfg.model, embed_dim=32, depth=1, num_heads=2, width=16)
+    if 'panoptic_head' in cfg.model or \
+            cfg.model.get('decode_head', {}).get('type') == 'Mask2FormerHead':
+        small_mask2former(cfg.model)
+    if 'panoptic_fusion_head' in cfg.model:  # a random model keeps segments to compare
+        cfg.model.test_cfg.update(object_mask_thr=0.1, iou_thr=0.1)
+    return cfg
+
+
+def exported_configs():
+    """``{first config: [configs with the same shrunk model]}`` over the shipped and toy
+    configs with a ViT-5 backbone and a whole-model graph."""
+    groups = {}
+    for path in sorted(glob.glob(osp.join(REPO, 'configs', '*.py')) +
+                       glob.glob(osp.join(REPO, 'configs', 'toy', '*.py'))):
+        name = osp.relpath(path, osp.join(REPO, 'configs'))
+        model = Config.fromfile(path).get('model') or {}
+        if model.get('backbone', {}).get('type') != 'ViT5' or \
+                model.get('type') == 'ImageClassifier':
+            continue
+        cfg = shrunk(name)
+        for key in ('img_size', 'drop_path_rate'):  # neither changes the eval graph
+            cfg.model.backbone.pop(key, None)
+        key = json.dumps(cfg.model.to_dict(), sort_keys=True, default=str)
+        groups.setdefault(key, []).append(name)
+    return {names[0]: names for names in groups.values()}
+
+
+GROUPS = exported_configs()
+
+
+def perturbed_checkpoint(cfg: Config, path: str) -> torch.nn.Module:
+    """The config's model with its initial weights moved off their symmetric values (zeroed
+    heads give maps that hide errors), saved as an mmengine checkpoint at ``path``."""
+    model = build_model(cfg)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+    torch.save(dict(state_dict=model.state_dict(), meta={}), path)
+    return model
+
+
+def batch(kind: str, count: int, height: int, width: int) -> dict:
+    """A loader's batch of ``count`` random images, as loaded at their size."""
+    if kind == 'panoptic':
+        from mmdet.structures import DetDataSample as Sample
+    else:
+        from mmseg.structures import SegDataSample as Sample
+    generator = torch.Generator().manual_seed(height * width)
+    images = (torch.rand(count, 3, height, width, generator=generator) * 255).to(torch.uint8)
+    meta = dict(img_shape=(height, width), ori_shape=(height, width), scale_factor=(1.0, 1.0))
+    return dict(inputs=list(images), data_samples=[Sample(metainfo=meta) for _ in images])
+
+
+def agree(kind: str, ours, theirs) -> None:
+    if kind == 'semantic':
+        a, b = ours.seg_logits.data, theirs.seg_logits.data
+        assert a.shape == b.shape and (a - b).abs().max() <= 1e-4 * max(1, b.abs().max())
+        labels = ours.pred_sem_seg.data == theirs.pred_sem_seg.data
+        assert labels.float().mean() >= 0.999
+    elif kind == 'depth':
+        a, b = ours.pred_depth_map.data, theirs.pred_depth_map.data
+        assert a.shape == b.shape and ((a - b).abs() / b.abs()).max() <= 1e-3
+    else:
+        a, b = ours.pred_panoptic_seg.sem_seg, theirs.pred_panoptic_seg.sem_seg
+        assert a.shape == b.shape and (a == b).float().mean() >= 0.999
+
+
+@pytest.mark.slow  # exports a graph per config group (15-60 s each on 2 shared cores)
+@pytest.mark.parametrize('name', sorted(GROUPS))
+def test_dynamic_export_passes_its_check_and_equals_test_step(name, tmp_path, monkeypatch):
+    import export_onnx
+    cfg = shrunk(name)
+    config, checkpoint = tmp_path / 'config.py', tmp_path / 'model.pth'
+    cfg.dump(str(config))
+    model = perturbed_checkpoint(cfg, str(checkpoint))
+    kind = model_kind(model)
+    out = tmp_path / 'model.onnx'
+    monkeypatch.chdir(tmp_path)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        # the size is the toys' (the shipped LSJ recipes' 1024 is the tool's default)
+        code = export_onnx.main([str(config), '--checkpoint', str(checkpoint), '--dynamic',
+                                 '--shape', '128', '160', '--rounds', '0', '--out', str(out)])
+    rows = [line for line in printed.getvalue().splitlines() if line.startswith('| 1')]
+    # the default check: the export size, another batch, and sides not multiples of 32
+    assert code == 0 and len(rows) == 3 and all(r.endswith('| yes |') for r in rows), \
+        (GROUPS[name], printed.getvalue()[-3000:])
+    if kind not in ('semantic', 'depth', 'panoptic'):
+        return  # instance graphs: tests/test_two_stage_onnx.py, tests/test_deploy_tasks.py
+    onnx = OnnxModel(str(out))
+    for count, height, width in SIDES:
+        data = batch(kind, count, height, width)
+        with torch.no_grad():
+            expected = model.test_step(data)
+        for ours, theirs in zip(onnx.predict(data), expected):
+            agree(kind, ours, theirs)
