@@ -153,7 +153,8 @@ def broken_guards(program, example: torch.Tensor, batch: bool, size_divisor: int
             try:
                 guards(torch.empty(shape, device='meta'))
             except AssertionError as e:
-                return f'{str(e).replace("Guard failed: ", "").strip()} (broken by an input {"x".join(map(str, shape))})'
+                guard = str(e).replace('Guard failed: ', '').strip()
+                return f'{guard} (broken by an input {"x".join(map(str, shape))})'
     return ''
 
 
