@@ -72,7 +72,7 @@ def perturbed_checkpoint(cfg: Config, path: str) -> torch.nn.Module:
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.05)
+            p.add_(torch.randn(p.shape, generator=generator) * 0.02)
     torch.save(dict(state_dict=model.state_dict(), meta={}), path)
     return model
 
