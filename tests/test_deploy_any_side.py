@@ -1,7 +1,8 @@
 """Dynamic whole-model graphs at any side (issue 42): ``tools/export_onnx.py CONFIG --dynamic``
 passes its own default check for every shipped and toy ViT-5 config, and the dense and
 panoptic graphs give the config's own ``test_step`` at sides that are multiples of neither 16
-nor 32 (primes among them), batch 2 included.
+nor 32 (primes among them), batch 2 included; and a dynamic graph slid over images larger
+than the config's sliding window (mmvit5.deploy.slide) gives test_step's map too.
 
 Each config is shrunk as tests/test_recipes.py shrinks it (one 32-wide block, 16-wide heads,
 Mask2Former with one layer and 10 queries), except the toy UperNet, exported as shipped.
@@ -20,7 +21,7 @@ import torch
 from mmengine.config import Config
 
 from conftest import REPO, small_mask2former
-from mmvit5.deploy import build_model, model_kind
+from mmvit5.deploy import build_model, deploy, example_input, export_onnx, model_kind
 from mmvit5.deploy.predict import OnnxModel
 from mmvit5.utils import shrink_model
 
@@ -127,6 +128,30 @@ def test_dynamic_export_passes_its_check_and_equals_test_step(name, tmp_path, mo
         return  # instance graphs: tests/test_two_stage_onnx.py, tests/test_deploy_tasks.py
     onnx = OnnxModel(str(out))
     for count, height, width in SIDES:
+        data = batch(kind, count, height, width)
+        with torch.no_grad():
+            expected = model.test_step(data)
+        for ours, theirs in zip(onnx.predict(data), expected):
+            agree(kind, ours, theirs)
+
+
+@pytest.mark.slow  # exports two graphs
+@pytest.mark.parametrize('name, mode', [('toy/vit5-tiny_upernet_shapes.py', 'slide'),
+                                        ('toy/vit5-tiny_depth_shapes.py', 'slide_flip')])
+def test_windows_slid_around_the_dynamic_graph_equal_test_step(name, mode, tmp_path):
+    """Images of 2 and 3 windows a side: mmvit5.deploy.slide runs the one-window graph over
+    each (OnnxModel does, from the file's metadata) and gives test_step's map."""
+    cfg = Config.fromfile(osp.join(REPO, 'configs', name))
+    shrink_model(cfg.model, embed_dim=32, depth=1, num_heads=2, width=16)
+    cfg.model.test_cfg = dict(mode=mode, crop_size=(64, 80), stride=(48, 48))
+    model = perturbed_checkpoint(cfg, str(tmp_path / 'model.pth'))
+    kind = model_kind(model)
+    path = str(tmp_path / 'model.onnx')
+    export_onnx(deploy(model, cfg, dynamic=True), example_input((1, 3, 64, 80), 'model'), path,
+                dynamic=True)
+    onnx = OnnxModel(path)
+    assert onnx.windows == dict(crop_size=[64, 80], stride=[48, 48])
+    for count, height, width in ((2, 150, 170), (1, 113, 121)):  # 3x3 and 3x2 windows
         data = batch(kind, count, height, width)
         with torch.no_grad():
             expected = model.test_step(data)
