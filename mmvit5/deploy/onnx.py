@@ -80,7 +80,7 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
     exportable(model)
     if static_rope or (static_rope is None and not dynamic):
         fix_position_tables(model, example)
-    dynamic_shapes, unit = None, 1  # unit: what the dynamic sides are multiples of
+    dynamic_shapes = None
     if dynamic and (hasattr(model, 'preprocess') or getattr(model, 'size_divisor', None)):
         # sides that are not multiples are padded in the graph: its shape arithmetic (ceil
         # division) is beyond what torch.export proves for a named Dim, DYNAMIC accepts it
@@ -89,7 +89,7 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
                           {0: torch.export.Dim.DYNAMIC, 2: side, 3: side}, )
     elif dynamic:
         check_sides(example.shape[2:], size_divisor)
-        unit, units = size_divisor, max_side // size_divisor
+        units = max_side // size_divisor
         dynamic_shapes = ({0: torch.export.Dim.DYNAMIC,
                            2: size_divisor * torch.export.Dim('h', min=2, max=units),
                            3: size_divisor * torch.export.Dim('w', min=2, max=units)}, )
@@ -101,14 +101,6 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
     with torch.no_grad():
         program = torch.export.export(model, (example, ), dynamic_shapes=dynamic_shapes,
                                       strict=False)
-    if dynamic:
-        broken = broken_guards(program, example, 0 in dynamic_shapes[0], unit)
-        if broken:
-            raise ValueError(
-                f'the dynamic graph traced at {tuple(example.shape)} holds only where '
-                f'{broken}: torch.export fixed it from the example, and ONNX keeps no check, '
-                'so other inputs would give wrong numbers or fail; export at a larger --shape '
-                'where the guard names a size, else report the layer that tests its input size')
     with torch.no_grad():
         onnx_program = torch.onnx.export(program, (example, ), dynamo=True, opset_version=opset,
                                          input_names=['image'], output_names=names,
@@ -126,36 +118,6 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
     if foreign:
         raise ValueError(f'{path} holds operators outside the default ONNX domain {foreign}: '
                          'a runtime would need a custom-op library for them')
-
-
-# sides a dynamic graph is probed at (times the divisor for graphs that take multiples):
-# primes, each side the longer one, large and small
-PROBE_SIDES = ((97, 131), (131, 97), (1021, 1024))
-
-
-def broken_guards(program, example: torch.Tensor, batch: bool, size_divisor: int = 1) -> str:
-    """The first input guard of the ``torch.export`` ``program`` that a probe input breaks
-    (:data:`PROBE_SIDES`, times ``size_divisor``; batch 1 and 3 where ``batch``), as torch
-    words it with the probe; ``''`` when none does.
-
-    torch.export records what the traced code assumed about the input's sizes (a branch on
-    a side, a map of one pixel) as guards of the program, and ONNX drops them: a graph that
-    breaks one computes something else, silently. The guards are tested on meta tensors,
-    without running the model.
-    """
-    guards = getattr(program.module(), '_guards_fn', None)
-    if guards is None:
-        return ''
-    batches = (1, 3) if batch else (example.shape[0], )
-    for count in batches:
-        for height, width in PROBE_SIDES:
-            shape = (count, example.shape[1], height * size_divisor, width * size_divisor)
-            try:
-                guards(torch.empty(shape, device='meta'))
-            except AssertionError as e:
-                guard = str(e).replace('Guard failed: ', '').strip()
-                return f'{guard} (broken by an input {"x".join(map(str, shape))})'
-    return ''
 
 
 def write_metadata(path: str, metadata: Dict[str, str]) -> None:
