@@ -157,3 +157,11 @@ def test_windows_slid_around_the_dynamic_graph_equal_test_step(name, mode, tmp_p
             expected = model.test_step(data)
         for ours, theirs in zip(onnx.predict(data), expected):
             agree(kind, ours, theirs)
+
+
+def test_part_segmentor_is_model_with_a_deprecation_line(capsys):
+    import export_onnx
+    args = export_onnx.parse_args(['config.py', '--part', 'segmentor'])
+    assert args.part == 'model'
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'deprecated' in err[0] and '--part model' in err[0]
