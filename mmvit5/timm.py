@@ -23,6 +23,8 @@ from .models import ViT5
 from .models.backbones.vit5_weights import RELEASED_FILES, RELEASED_URL, checkpoint_filter_fn
 
 HF_HUB_ID = 'FengWang3211/ViT-5'  # where released_weights (vit5_released.py) point
+# pretrained_cfg entries that name the weights' source: with one, no hub file is needed
+SOURCES = ('file', 'url', 'state_dict', 'hf_hub_id', 'hf_hub_filename')
 
 
 def _cfg(file: str, size: int) -> Dict[str, Any]:
@@ -104,7 +106,7 @@ def _create(variant: str, pretrained: bool, pretrained_cfg_overlay: Optional[dic
     # a user's file or URL is read as the released one is (the ``model`` entry, not timm's
     # ``model_ema`` first): timm resets custom_load when the overlay names another source
     overlay = dict(pretrained_cfg_overlay or {})
-    if pretrained and not overlay.get('file') and not overlay.get('url'):
+    if pretrained and not any(overlay.get(k) for k in SOURCES):
         check_hub_file(variant)
     overlay.setdefault('custom_load', 'hf')
     return build_model_with_cfg(
