@@ -23,6 +23,8 @@ from .models import ViT5
 from .models.backbones.vit5_weights import RELEASED_FILES, RELEASED_URL, checkpoint_filter_fn
 
 HF_HUB_ID = 'FengWang3211/ViT-5'  # where released_weights (vit5_released.py) point
+# pretrained_cfg entries that name the weights' source: with one, no hub file is needed
+SOURCES = ('file', 'url', 'state_dict', 'hf_hub_id', 'hf_hub_filename')
 
 
 def _cfg(file: str, size: int) -> Dict[str, Any]:
@@ -52,12 +54,60 @@ def _build(in_chans: int = 3, **kwargs) -> ViT5:
     return model
 
 
+def _reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether a TCP connection to ``url``'s host (or the proxy the environment names for
+    it) opens within ``timeout`` seconds."""
+    import socket
+    import urllib.parse
+    import urllib.request
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ''):
+        parts = urllib.parse.urlsplit(proxy if '://' in proxy else f'http://{proxy}')
+    port = parts.port or (443 if parts.scheme == 'https' else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def check_hub_file(variant: str) -> None:
+    """Raise at once, in one line, where ``pretrained=True`` could only end in
+    huggingface_hub's errors after its retries: the released file of ``variant`` is not in
+    the Hugging Face cache, and the hub is off (``HF_HUB_OFFLINE``) or cannot be reached.
+
+    Raises:
+        FileNotFoundError: Naming the file, the cache looked in and the local-file route,
+            ``pretrained_cfg_overlay=dict(file=PATH)``.
+    """
+    try:
+        from huggingface_hub import constants, try_to_load_from_cache
+    except ImportError:  # timm then downloads the url into the torch hub cache
+        return
+    file = default_cfgs[variant].default.hf_hub_filename
+    if isinstance(try_to_load_from_cache(HF_HUB_ID, file, cache_dir=constants.HF_HUB_CACHE),
+                  str):
+        return
+    why = 'HF_HUB_OFFLINE is set' if constants.HF_HUB_OFFLINE else \
+        None if _reachable(constants.ENDPOINT) else f'{constants.ENDPOINT} cannot be reached'
+    if why:
+        raise FileNotFoundError(
+            f'{variant}: pretrained=True needs {HF_HUB_ID}/{file}, which is not in the '
+            f'Hugging Face cache {constants.HF_HUB_CACHE}, and {why}; download it where there '
+            f'is network (e.g. {RELEASED_URL.format(file)}) and load it with '
+            f"timm.create_model('{variant}', pretrained=True, "
+            "pretrained_cfg_overlay=dict(file=PATH))")
+
+
 def _create(variant: str, pretrained: bool, pretrained_cfg_overlay: Optional[dict] = None,
             **kwargs) -> ViT5:
     out_indices = kwargs.pop('out_indices', 3)  # features_only: the last 3 blocks, as timm's ViT
     # a user's file or URL is read as the released one is (the ``model`` entry, not timm's
     # ``model_ema`` first): timm resets custom_load when the overlay names another source
     overlay = dict(pretrained_cfg_overlay or {})
+    if pretrained and not any(overlay.get(k) for k in SOURCES):
+        check_hub_file(variant)
     overlay.setdefault('custom_load', 'hf')
     return build_model_with_cfg(
         _build, variant, pretrained, pretrained_cfg_overlay=overlay,

@@ -306,12 +306,26 @@ def test_onnx_demo_draws_the_pytorch_demo_picture(trained, tmp_path, monkeypatch
     toy = trained(toy_name)
     image = toy.batches[0]['data_samples'][0].img_path
     config_file = osp.join(toy.cfg.work_dir, 'config.py')
-    pictures = []
+    name = osp.splitext(osp.basename(image))[0]
+    pictures, preds = [], []
     for source in ([toy.checkpoint], ['--onnx', toy.onnx]):
         out = tmp_path / source[0][-4:]
         monkeypatch.setattr(sys, 'argv', ['demo.py', config_file, *source, image, '--out-dir',
                                           str(out), '--score-thr', '0.05'])
         runpy.run_path(osp.join(REPO, 'tools', 'demo.py'), run_name='__main__')
-        pictures.append(cv2.imread(str(out / (osp.splitext(osp.basename(image))[0] + '.png'))))
+        pictures.append(cv2.imread(str(out / (name + '.png'))))
+        preds.append(out / 'preds')
     assert pictures[0].shape[:2] == cv2.imread(image).shape[:2]
     assert (pictures[0] == pictures[1]).all(-1).mean() >= 0.999
+    # the predictions as data (issue 42), the same from the checkpoint and from the file
+    if toy_name == 'upernet':
+        labels = [cv2.imread(str(p / f'{name}.png'), cv2.IMREAD_UNCHANGED) for p in preds]
+        assert labels[0].shape == pictures[0].shape[:2]
+        assert (labels[0] == labels[1]).mean() >= 0.999
+    else:
+        import json
+        found = [json.loads((p / f'{name}.json').read_text()) for p in preds]
+        assert found[0]['classes'] == found[1]['classes'] == list(toy.ort.metadata['classes'])
+        top = [sorted(f['scores'], reverse=True)[:5] for f in found]
+        np.testing.assert_allclose(top[0], top[1], atol=1e-3)
+        assert all(m['size'] == list(pictures[0].shape[:2]) for m in found[1]['masks'])

@@ -106,7 +106,8 @@ def test_pretrained_logits_equal_reference(released):
 def test_pretrained_from_the_hub_cache_offline(released, tmp_path):
     """``pretrained=True`` reads the released file from the Hugging Face cache with
     HF_HUB_OFFLINE=1 and no network, in a process that imports mmvit5 without timm first:
-    ``import mmvit5`` works without timm and registers the models once timm is imported."""
+    ``import mmvit5`` works without timm and registers the models once timm is imported.
+    The process prints no mmengine line until it makes a run's logger (issue 42)."""
     sd, folder = released
     snapshot = tmp_path / 'hub' / 'models--FengWang3211--ViT-5' / 'snapshots' / ('0' * 40)
     snapshot.mkdir(parents=True)
@@ -129,6 +130,11 @@ def test_pretrained_from_the_hub_cache_offline(released, tmp_path):
         model = timm.create_model('{NAME}', pretrained=True, **{TINY!r}).eval()
         with torch.no_grad():
             torch.save(model(torch.load(sys.argv[1])), sys.argv[2])
+        print('PLAN', model.plan(torch.load(sys.argv[1])), flush=True)  # on request
+        from mmengine.logging import MMLogger
+        MMLogger.get_instance('a_run', log_level='INFO')  # as a Runner names its logger
+        model = timm.create_model('{NAME}', pretrained=True, **{TINY!r})
+        model(torch.load(sys.argv[1]))
     ''')
     closed = 'http://127.0.0.1:9'  # the discard port: any request fails at once
     env = dict(os.environ, HF_HUB_OFFLINE='1', HF_HUB_CACHE=str(tmp_path / 'hub'),
@@ -139,7 +145,13 @@ def test_pretrained_from_the_hub_cache_offline(released, tmp_path):
                            str(tmp_path / 'logits.pt')], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert f'loaded {5 + 13 * DEPTH + 3} tensors from {snapshot / NAME}.pth' in proc.stdout
+    # no runner, no mmengine line; in a run's log, the plan and the file loaded
+    plain, run = (proc.stdout + proc.stderr).split('PLAN ', 1)
+    assert 'mmengine' not in plain and 'INFO' not in plain, plain
+    assert run.startswith('cpu, eager, float32')
+    assert 'mmengine - INFO - ViT5 execution plan: cpu, eager, float32' in run
+    assert f'mmengine - INFO - ViT5: loaded {5 + 13 * DEPTH + 3} tensors from ' \
+           f'{snapshot / NAME}.pth' in run
     torch.testing.assert_close(torch.load(tmp_path / 'logits.pt'),
                                ref.logits(sd, x, HEADS, (4, 4)), rtol=1e-5, atol=1e-5)
 
@@ -309,3 +321,30 @@ def test_timm_backbone_of_mmpretrain_builds_the_same_vit5(released):
     assert type(tokens.timm_model) is ViT5
     with torch.no_grad():
         assert [t.shape for t in tokens(x)] == [(2, 1 + 24 + 4, DIM)]
+
+
+@pytest.mark.parametrize('offline', [True, False])
+def test_pretrained_without_the_hub_says_what_to_do(offline, tmp_path, monkeypatch):
+    """No cached file and no hub (HF_HUB_OFFLINE, or an endpoint that refuses): one line at
+    once naming the file, the cache looked in, and the local-file route; nothing is sent
+    anywhere (the endpoint is the discard port of this machine)."""
+    import time
+
+    from huggingface_hub import constants
+    for proxy in ('https_proxy', 'http_proxy', 'HTTPS_PROXY', 'HTTP_PROXY', 'all_proxy',
+                  'ALL_PROXY'):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path / 'hub'))
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', offline)
+    monkeypatch.setattr(constants, 'ENDPOINT', 'http://127.0.0.1:9')
+    begin = time.perf_counter()
+    with pytest.raises(FileNotFoundError) as error:
+        create(pretrained=True)
+    assert time.perf_counter() - begin < 15  # the issue's bound, where the hub retried ~40 s
+    line = str(error.value)
+    assert '\n' not in line
+    assert f'FengWang3211/ViT-5/{NAME}.pth' in line and str(tmp_path / 'hub') in line
+    assert 'pretrained_cfg_overlay=dict(file=PATH)' in line
+    assert ('HF_HUB_OFFLINE is set' if offline else 'http://127.0.0.1:9 cannot be reached') \
+        in line
+

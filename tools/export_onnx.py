@@ -28,9 +28,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument('config', help='mmdet or mmseg config with a ViT5 backbone')
     parser.add_argument('--checkpoint', help='mmengine checkpoint of the whole model (default: '
                         'random weights, enough to check and time the graph)')
-    parser.add_argument('--part', choices=PARTS, default='model',
+    parser.add_argument('--part', choices=PARTS + ('segmentor', ), default='model',
                         help='model: image -> results (default); neck: backbone + neck; '
-                        'backbone')
+                        'backbone (segmentor: the old name of model, deprecated)')
     parser.add_argument('--shape', type=int, nargs=2, metavar=('H', 'W'),
                         help='export size (default: the data preprocessor\'s size, else 512 512)')
     parser.add_argument('--batch', type=int, default=1,
@@ -59,6 +59,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         '(e.g. results/onnx_latency.json)')
     add_cfg_options(parser, 'model.backbone.arch=small')
     args = parser.parse_args(argv)
+    if args.part == 'segmentor':
+        print('--part segmentor is deprecated: it is --part model (the whole model, image to '
+              'results, of any task)', file=sys.stderr)
+        args.part = 'model'
     if args.dynamic and args.static_rope:
         parser.error('--static-rope folds the tables of one input size: it cannot go with '
                      '--dynamic (a dynamic graph computes them from its symbolic size)')
@@ -134,8 +138,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          f'the export\'s (--batch, {args.batch}); drop --dynamic-batch')
     x = example_input((args.batch, 3, *shape), args.part)
     begin = time.perf_counter()
-    export_onnx(model, x, out, dynamic=args.dynamic, size_divisor=model.size_divisor or 16,
-                static_rope=args.static_rope or None, dynamic_batch=args.dynamic_batch)
+    try:
+        export_onnx(model, x, out, dynamic=args.dynamic, size_divisor=model.size_divisor or 16,
+                    static_rope=args.static_rope or None, dynamic_batch=args.dynamic_batch)
+    except ValueError as e:  # a graph that would not compute the model: say why, no trace
+        raise SystemExit(f'{args.config}: {e}') from None
     seconds = time.perf_counter() - begin
     session = ort_session(out, args.threads)
     errors = errors_at(model, session, check_shapes(args, shape, batch_fixed), args.part)

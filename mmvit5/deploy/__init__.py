@@ -2,8 +2,9 @@
 instances, Mask2Former's panoptic queries) and of backbones (+ neck), in standard ONNX
 operators, checked in ONNX Runtime (``tools/export_onnx.py``).
 
-:mod:`mmvit5.deploy.panoptic` (the panoptic map from the exported queries) needs numpy only;
-it is importable without torch.
+:mod:`mmvit5.deploy.panoptic` (the panoptic map from the exported queries) and
+:mod:`mmvit5.deploy.slide` (sliding windows around a dynamic dense graph) need numpy only;
+they are importable without torch.
 """
 from .build import (
     OUTPUTS,
@@ -28,6 +29,7 @@ from .onnx import (
 )
 from .panoptic import panoptic_map
 from .preprocess import Preprocess, pad_to_multiple, size_divisor_line
+from .slide import slide_windows, windows_from_metadata
 from .two_stage import TwoStageInstances
 from .wrappers import (
     BackboneWithNeck,
@@ -43,5 +45,6 @@ __all__ = [
     'Preprocess', 'TwoStageInstances', 'build_model', 'build_part', 'check_exportable',
     'check_sides', 'coarsest_stride', 'complex_values', 'deploy', 'errors_at', 'example_input',
     'export_onnx', 'exportable', 'fix_position_tables', 'graph_ops', 'max_abs_error', 'model_kind',
-    'ort_session', 'output_names', 'pad_to_multiple', 'panoptic_map', 'size_divisor_line'
+    'ort_session', 'output_names', 'pad_to_multiple', 'panoptic_map', 'size_divisor_line',
+    'slide_windows', 'windows_from_metadata'
 ]

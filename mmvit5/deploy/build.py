@@ -147,11 +147,15 @@ def model_metadata(cfg, model: nn.Module, kind: str, preprocess: Preprocess,
     meta = dict(task=kind, outputs=list(OUTPUTS[kind]), dynamic=dynamic,
                 flip_channels=preprocess.flip_channels, size_divisor=preprocess.size_divisor,
                 **dataset_meta(cfg, model))
-    if kind == 'semantic':
-        head = model.decode_head
+    if kind in ('semantic', 'depth'):
+        from .dense import test_mode
+        head = model.decode_head if kind == 'semantic' else model
         meta['align_corners'] = bool(getattr(head, 'align_corners', False))
-    elif kind == 'depth':
-        meta['align_corners'] = bool(model.align_corners)
+        # what mmvit5.deploy.slide needs to slide a dynamic graph over larger images
+        meta['mode'] = test_mode(model)
+        if meta['mode'] != 'whole':
+            meta.update(crop_size=list(model.test_cfg.crop_size),
+                        stride=list(model.test_cfg.stride))
     elif hasattr(model, 'panoptic_fusion_head'):
         fusion = model.panoptic_fusion_head
         test_cfg = fusion.test_cfg or {}

@@ -5,16 +5,26 @@ The config's ``test_cfg.mode`` is followed: ``whole``; ``slide`` (windows of ``c
 every ``stride``, overlaps averaged); ``slide_flip`` (depth: each window averaged with its
 mirror image). The windows of a fixed-size graph are unrolled at export; a graph with
 symbolic sides runs one window over the whole image, which is what mmseg's sliding
-inference does for an image no larger than ``crop_size``.
+inference does for an image no larger than ``crop_size``, and
+:func:`~.slide.slide_windows` slides it over larger ones.
 """
-from typing import List, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .slide import windows
+
 DENSE_MODES = ('whole', 'slide', 'slide_flip')
+
+
+class Sides(tuple):
+    """(H, W) that ``copy.deepcopy`` returns as they are: mmseg's Mask2Former head copies the
+    metainfo into a data sample, and symbolic sides (a graph's) cannot be copied."""
+
+    def __deepcopy__(self, memo) -> 'Sides':
+        return self
 
 
 def test_mode(model: nn.Module) -> str:
@@ -28,21 +38,6 @@ def test_mode(model: nn.Module) -> str:
     if mode == 'slide' and type(model).__name__ == 'DepthEstimator':
         return 'whole'
     return mode
-
-
-def windows(height: int, width: int, crop_size: Tuple[int, int],
-            stride: Tuple[int, int]) -> List[Tuple[int, int, int, int]]:
-    """(y1, y2, x1, x2) of mmseg's sliding windows over a ``height`` x ``width`` image."""
-    (h_crop, w_crop), (h_stride, w_stride) = crop_size, stride
-    h_grids = max(height - h_crop + h_stride - 1, 0) // h_stride + 1
-    w_grids = max(width - w_crop + w_stride - 1, 0) // w_stride + 1
-    found = []
-    for h_idx in range(h_grids):
-        for w_idx in range(w_grids):
-            y2 = min(h_idx * h_stride + h_crop, height)
-            x2 = min(w_idx * w_stride + w_crop, width)
-            found.append((max(y2 - h_crop, 0), y2, max(x2 - w_crop, 0), x2))
-    return found
 
 
 class DenseMap(nn.Module):
@@ -71,8 +66,8 @@ class DenseMap(nn.Module):
             self.stride = tuple(model.test_cfg.stride)
 
     def window(self, x: torch.Tensor) -> torch.Tensor:
-        # img_shape as a torch.Size: mmseg's heads resize their output to it (the padded size)
-        metas = [dict(img_shape=x.shape[2:])]
+        # mmseg's heads resize their output to img_shape (the padded size)
+        metas = [dict(img_shape=Sides(x.shape[2:]))]
         out = self.model.encode_decode(x, metas)
         if self.flip:
             out = (out + self.model.encode_decode(x.flip(3), metas).flip(3)) / 2.0

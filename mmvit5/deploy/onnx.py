@@ -101,6 +101,7 @@ def export_onnx(model: nn.Module, example: torch.Tensor, path: str, dynamic: boo
     with torch.no_grad():
         program = torch.export.export(model, (example, ), dynamic_shapes=dynamic_shapes,
                                       strict=False)
+    with torch.no_grad():
         onnx_program = torch.onnx.export(program, (example, ), dynamo=True, opset_version=opset,
                                          input_names=['image'], output_names=names,
                                          optimize=optimize, verbose=False)

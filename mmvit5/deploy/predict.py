@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from .onnx import ort_session
 from .panoptic import panoptic_map, settings_from_metadata
+from .slide import slide_windows, windows_from_metadata
 
 
 def read_metadata(session) -> Dict[str, object]:
@@ -53,6 +54,7 @@ class OnnxModel:
                              'export of tools/export_onnx.py (--part model)')
         self.task = self.metadata['task']
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self.windows = windows_from_metadata(self.session.get_modelmeta().custom_metadata_map)
 
     @property
     def dataset_meta(self) -> Dict[str, list]:
@@ -63,8 +65,14 @@ class OnnxModel:
         return meta
 
     def __call__(self, images: np.ndarray) -> Dict[str, np.ndarray]:
-        """Outputs by name for ``images`` (N, 3, H, W) float32, 0-255, loader's order."""
-        outputs = self.session.run(None, {'image': np.ascontiguousarray(images, np.float32)})
+        """Outputs by name for ``images`` (N, 3, H, W) float32, 0-255, loader's order; a
+        dynamic dense graph whose config slides runs window by window
+        (:func:`~.slide.slide_windows`), as the config's test does."""
+        images = np.ascontiguousarray(images, np.float32)
+        if self.windows is not None:
+            return {self.output_names[0]: slide_windows(
+                lambda x: self.session.run(None, {'image': x})[0], images, **self.windows)}
+        outputs = self.session.run(None, {'image': images})
         return dict(zip(self.output_names, outputs))
 
     def predict(self, data: dict) -> list:

@@ -6,11 +6,13 @@ Every part is the config's own model; the wrappers only fix what goes in and out
 (one image tensor in, a tuple of named outputs out) and pad the image as the config's data
 preprocessor does (inside the graph, so that no side a user feeds gives other numbers).
 """
+import functools
 import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .preprocess import pad_to_multiple
 
@@ -132,10 +134,29 @@ class MatmulAdaptiveAvgPool2d(nn.Module):
         return rows @ x @ cols.transpose(0, 1)
 
 
+def fuse_any_size(block: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
+    """mmseg's DPT ``FeatureFusionBlock.forward`` with the skip always resized to the
+    upsampled coarser map (bilinear to its own size is the identity).
+
+    mmseg resizes only where the two shapes differ (odd grids: a side of the image that is
+    not a multiple of 32); traced at an even grid, that test would leave the resize out of
+    the graph, and other sides would fail on adding maps of two sizes.
+    """
+    x = inputs[0]
+    if len(inputs) == 2:
+        skip = F.interpolate(inputs[1], size=x.shape[2:], mode='bilinear', align_corners=False)
+        x = x + block.res_conv_unit1(skip)
+    x = block.res_conv_unit2(x)
+    x = F.interpolate(x, scale_factor=2, mode='bilinear', align_corners=block.align_corners)
+    return block.project(x)
+
+
 def exportable(model: nn.Module) -> int:
     """Swap every ``nn.AdaptiveAvgPool2d`` of ``model`` for :class:`MatmulAdaptiveAvgPool2d`,
-    and Mask2Former's pixel decoder and deformable attention for their exportable subclasses
-    (:func:`~.mask2former.exportable_mask2former`), in place; returns how many were swapped."""
+    Mask2Former's pixel decoder and deformable attention for their exportable subclasses
+    (:func:`~.mask2former.exportable_mask2former`), and give DPT's fusion blocks a forward
+    that resizes at any size (:func:`fuse_any_size`), in place; returns how many were
+    swapped."""
     swapped = 0
     if any(type(m).__name__ == 'MSDeformAttnPixelDecoder' for m in model.modules()):
         from .mask2former import exportable_mask2former
@@ -144,5 +165,8 @@ def exportable(model: nn.Module) -> int:
         for name, child in parent.named_children():
             if isinstance(child, nn.AdaptiveAvgPool2d):
                 setattr(parent, name, MatmulAdaptiveAvgPool2d(child.output_size))
+                swapped += 1
+            elif type(child).__name__ == 'FeatureFusionBlock':
+                child.forward = functools.partial(fuse_any_size, child)
                 swapped += 1
     return swapped

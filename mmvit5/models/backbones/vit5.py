@@ -13,12 +13,12 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.utils.checkpoint
-from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 from torch.nn.init import trunc_normal_
 
 from ...checkpoint import extract_state_dict, read_checkpoint
+from ...utils.run_log import log_in_run
 from ..layers.block import Block, PatchEmbed
 from ..layers.norm import token_norm
 from ..layers.plan import ExecutionPlan, make_plan
@@ -138,7 +138,7 @@ class ViT5(ViT5TimmApi, BaseModule):
                          self.config.compile_blocks)
         if not plan.traced and plan not in self._plans_logged:
             self._plans_logged.add(plan)
-            print_log(f'ViT5 execution plan: {plan}', logger='current')
+            log_in_run(f'ViT5 execution plan: {plan}')
         return plan
 
     def _run_block(self, block: Block, x: torch.Tensor, rope: Optional[torch.Tensor],
@@ -194,7 +194,7 @@ class ViT5(ViT5TimmApi, BaseModule):
         # checkpoint_filter_fn has checked every key; what it left out is logged as left at init
         self.load_state_dict(state, strict=False)
         self._rope_cache.clear()
-        print_log(f'ViT5: loaded {len(state)} tensors from {path}', logger='current')
+        log_in_run(f'ViT5: loaded {len(state)} tensors from {path}')
 
     # ----------------------------------------------------------------- forward
     def token_order(self, grid: Tuple[int, int], device: torch.device,

@@ -11,6 +11,7 @@ import torch
 from mmengine.logging import print_log
 
 from ...checkpoint import CheckpointError, extract_state_dict
+from ...utils.run_log import log_in_run
 from ..layers.pos_embed import resize_pos_embed
 from . import vit5_released
 from .vit5_config import RELEASED_SWITCHES
@@ -97,8 +98,8 @@ def checkpoint_filter_fn(state: Dict[str, torch.Tensor], model: torch.nn.Module,
                 and value.shape[-1] == own[key].shape[-1]:
             value = resize_pos_embed(value, square_grid(value.shape[1], 'pos_embed'),
                                      model.pretrain_grid)
-            print_log(f'ViT5: resized pos_embed of {source} from {state[key].shape[1]} to '
-                      f'{value.shape[1]} positions', logger='current')
+            log_in_run(f'ViT5: resized pos_embed of {source} from {state[key].shape[1]} to '
+                       f'{value.shape[1]} positions')
         if key == 'patch_embed.proj.weight' and key in own and value.dim() == 4 \
                 and value.shape[1] != own[key].shape[1]:
             value = adapt_input_conv(value, own[key].shape[1])
