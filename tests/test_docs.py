@@ -8,6 +8,7 @@ import importlib
 import os
 import os.path as osp
 import pkgutil
+import pydoc
 import re
 import subprocess
 import sys
@@ -123,6 +124,40 @@ def test_api_reference_lists_every_registered_class(site):
                if not re.search(rf'id="mmvit5(\.\w+)*\.{obj.__qualname__}"', page)]
     assert not missing, f'not in docs/en/api.rst: {missing}; add an autoclass for each'
     assert 'Define the computation performed at every call' not in page
+
+
+def test_api_reference_documents_mmvit5_code_only(site):
+    """Every method on the API page is written in mmvit5: none is an upstream one it inherits
+    or borrows (pycocotools' ``COCOeval.summarize`` came with its typos)."""
+    page = (site[1] / 'api.html').read_text()
+    foreign = []
+    for name in sorted(set(re.findall(r'id="(mmvit5(?:\.\w+)+)"', page))):
+        obj = pydoc.locate(name)  # None: an instance attribute
+        owner = getattr(getattr(obj, '__func__', obj), '__module__', None) or 'mmvit5'
+        if callable(obj) and not owner.startswith('mmvit5'):
+            foreign.append(f'{name} (from {owner})')
+    assert not foreign, f'docs/en/api.rst documents upstream code: {foreign}'
+
+
+def test_repository_licence_and_citation_agree():
+    """One repository address (setup.py's ``url``) in the citation, the README and the docs'
+    source link; the licence is Apache-2.0 in full; the citation names this version."""
+    with open(osp.join(REPO, 'setup.py')) as f:
+        url = re.search(r"url='([^']+)'", f.read()).group(1)
+    with open(osp.join(REPO, 'CITATION.cff')) as f:
+        citation = yaml.safe_load(f)
+    assert citation['repository-code'] == url
+    assert citation['version'] == mmvit5.__version__
+    assert citation['preferred-citation']['url'] == 'https://arxiv.org/abs/2602.08071'
+    with open(osp.join(REPO, 'README.md')) as f:
+        readme = f.read()
+    assert f'{url}/issues' in readme and 'arXiv:2602.08071' in readme
+    assert f'version = {{{mmvit5.__version__}}}' in readme
+    with open(osp.join(REPO, 'docs', 'en', 'conf.py')) as f:
+        assert f"REPOSITORY = '{url}'" in f.read()
+    with open(osp.join(REPO, 'LICENSE')) as f:
+        licence = f.read()
+    assert 'Apache License' in licence and 'END OF TERMS AND CONDITIONS' in licence
 
 
 @pytest.mark.parametrize('code', python_blocks())
