@@ -174,8 +174,8 @@ def record_test_suite(path: str, junit: str, seconds: int, command: str, fresh: 
                       label: Optional[str] = None) -> None:
     """``results/test_suite.json``: a run of the whole test suite, its wall time, its counts
     and each file's time (from pytest's JUnit XML ``junit``), written by
-    ``tools/record_test_suite.py`` (which ``tools/run_tests.sh`` calls after a run of the
-    whole suite).
+    ``tools/record_test_suite.py`` (which ``tools/run_tests.sh --record`` calls after a run of
+    the whole suite).
 
     Without ``label`` the run is the file's own (the docs' suite time); with one, it is kept
     under ``baselines[label]`` (replacing an earlier run of that label) as a column of the

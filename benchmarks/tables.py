@@ -18,7 +18,7 @@ Kinds of results files:
   ``kernels``; ``tools/benchmark_coco_eval.py --json``: ``coco-eval``;
 * ``tools/benchmark.py --versus CHECKOUT --json`` output: ``versus_table`` (two checkouts'
   rows side by side: ``cpu_training/checkpointing.json``);
-* ``test_suite.json`` (``tools/run_tests.sh`` after a run of the whole suite): ``test_suite``;
+* ``test_suite.json`` (``tools/run_tests.sh --record``): ``test_suite``;
 * ``tools/export_onnx.py --json`` rows (``onnx_latency.json``): ``onnx-latency``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,

@@ -1,6 +1,6 @@
 """Record a run of the whole test suite in results/test_suite.json: its wall time, its counts
-and each test file's time, read from pytest's JUnit XML. ``tools/run_tests.sh`` calls it after
-every run of the whole suite; ``python tools/make_tables.py`` renders the file into
+and each test file's time, read from pytest's JUnit XML. ``tools/run_tests.sh --record`` calls it
+after a run of the whole suite; ``python tools/make_tables.py`` renders the file into
 docs/en/get_started/install.md.
 
     python tools/record_test_suite.py JUNIT SECONDS --command 'bash tools/run_tests.sh'
