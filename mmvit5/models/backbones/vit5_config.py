@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Sequence, Union
 
-from ...utils.checks import check_number
+from ...checks import check_number
 from ..layers.norm import TOKEN_NORMS
 from ..layers.plan import ATTN_IMPLS
 from ..layers.rope import ROPE_MODES

@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .kernels.dispatch import triton_enabled
+from .kernels.dispatch import compute_dtype, triton_enabled  # noqa: F401  compute_dtype: the layers'
 
 # the attention kernel: 'auto' (SDPA; windows batched by size), 'sdpa', 'flex' (windowed
 # blocks through flex_attention; global blocks stay SDPA) or 'math'
@@ -37,12 +37,6 @@ def execution_mode() -> ExecutionMode:
     if torch.compiler.is_compiling():
         return ExecutionMode.COMPILING
     return ExecutionMode.EAGER
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Where statistics are computed: float32 for half precision and float32 (as released),
-    float64 stays float64."""
-    return torch.promote_types(dtype, torch.float32)
 
 
 def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
