@@ -1,6 +1,6 @@
 """The docs cannot rot: the site builds with warnings as errors, every ```python block of the
 README and of docs/en runs (a config snippet is built into its model), and every measured
-table is what tools/make_tables.py writes from results/, with its commit; the API page lists
+table is what python -m benchmarks.tables writes from results/, with its commit; the API page lists
 every class mmvit5 registers."""
 import ast
 import glob
@@ -22,7 +22,7 @@ from mmengine.registry import DefaultScope, init_default_scope
 import mmvit5
 from benchmarks.results import begin_marker, end_marker
 from benchmarks.tables import MARKER, TABLES, expected_text
-from conftest import REPO, run_tool, tool
+from conftest import REPO, run_tool
 from mmvit5.utils import check_config
 
 PAGES = [osp.join(REPO, 'README.md'),
@@ -208,7 +208,7 @@ def test_no_line_is_lost_to_myst():
 
 def test_generated_tables_match_the_results_files():
     stale = [osp.relpath(p, REPO) for p in PAGES if open(p).read() != expected_text(p)]
-    assert not stale, f'{stale}: run python tools/make_tables.py and commit the result'
+    assert not stale, f'{stale}: run python -m benchmarks.tables and commit the result'
 
 
 def test_every_table_is_placed_and_says_where_and_when():
@@ -244,12 +244,12 @@ def test_make_tables_check_names_a_stale_file(tmp_path):
     page = tmp_path / 'page.md'
     name = 'ablations-toy'
     page.write_text(f'# x\n\n{begin_marker(name)}\nold\n{end_marker(name)}\n')
-    status, out = run_tool(tool('make_tables.py') + ['--check', str(page)], cwd=REPO,
-                           check=False)
+    tables = [sys.executable, '-m', 'benchmarks.tables']
+    status, out = run_tool(tables + ['--check', str(page)], cwd=REPO, check=False)
     assert status == 1 and 'page.md: out of date' in out
-    run_tool(tool('make_tables.py') + [str(page)], cwd=REPO)
+    run_tool(tables + [str(page)], cwd=REPO)
     assert 'no-abs-pos' in page.read_text()
-    run_tool(tool('make_tables.py') + ['--check', str(page)], cwd=REPO)
+    run_tool(tables + ['--check', str(page)], cwd=REPO)
 
 
 def test_learning_table_refuses_curves_of_different_validations():

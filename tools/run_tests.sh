@@ -57,7 +57,7 @@ if [ "$fresh" = 1 ]; then
 fi
 
 bash "$here/tools/install.sh"
-bash "$here/tools/install_slurm.sh"  # the SLURM cluster tests skip without it
+bash "$here/tools/dev/install_slurm.sh"  # the SLURM cluster tests skip without it
 cd "$here"
 "$PY" tools/check_env.py --stack
 junit=$(mktemp "${TMPDIR:-/tmp}/mmvit5-junit.XXXXXX")
@@ -76,11 +76,11 @@ if [ "$status" -eq 5 ]; then
   exit 1
 fi
 if [ "$record" = 1 ]; then
-  # the docs' suite-time table is generated from this file (python tools/make_tables.py)
+  # the docs' suite-time table is generated from this file (python -m benchmarks.tables)
   out=${SUITE_RESULTS:-$here/results/test_suite.json}
-  "$PY" tools/record_test_suite.py "$junit" "$seconds" --out "$out" \
+  "$PY" -m benchmarks.results "$junit" "$seconds" --out "$out" \
     --command "bash tools/run_tests.sh${MMVIT5_FRESH:+ --fresh} --record" ${MMVIT5_FRESH:+--fresh}
-  echo "[run_tests] $seconds s: recorded in $out (python tools/make_tables.py puts it in the docs)"
+  echo "[run_tests] $seconds s: recorded in $out (python -m benchmarks.tables puts it in the docs)"
 fi
 rm -f "$junit"
 exit "$status"
