@@ -140,10 +140,12 @@ def install_patches() -> None:
 
 def markdown_table() -> str:
     """The registered patches as the Markdown table of the docs."""
-    rows = ['| Patch | Applies to | Upstream issue or reason |', '| --- | --- | --- |']
+    rows = ['| Patch | Applies to | Applied | Upstream issue or reason |',
+            '| --- | --- | --- | --- |']
     for patch in PATCHES.values():
+        when = f'when `{patch.after}` is imported' if patch.after else 'on `import mmvit5`'
         rows.append(f'| `{patch.name}` | {", ".join(f"`{r}`" for r in patch.applies_to)} | '
-                    f'{patch.reason} |')
+                    f'{when} | {patch.reason} |')
     return '\n'.join(rows)
 
 
