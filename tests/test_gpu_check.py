@@ -64,7 +64,7 @@ def test_setup_finds_every_import_of_its_check_in_the_bundle_or_the_image():
     import importlib.metadata
 
     from check_env import DEFAULT_EXTRAS, EXTRA_IMPORTS, IMPORTS
-    with open(os.path.join(REPO, 'tools', 'make_wheels.sh')) as f:
+    with open(os.path.join(REPO, 'tools', 'dev', 'make_wheels.sh')) as f:
         script = f.read()
     listed = {'torch', 'torchvision', 'mmcv-lite'}  # the image's, and the cached mmcv wheel
     for name in ('IMAGE', 'PURE', 'BINARY'):
