@@ -184,7 +184,8 @@ class ViT5Config:
         global_blocks = tuple(range(depth))
         if self.window_size:
             if self.global_attn_indices is None:  # 4 evenly spaced, ending at the last block
-                global_blocks = tuple(depth * (i + 1) // 4 - 1 for i in range(4))
+                global_blocks = tuple(sorted({depth * (i + 1) // 4 - 1 for i in range(4)} -
+                                             {-1}))  # fewer than 4 blocks: no block -1
             else:
                 global_blocks = tuple(sorted(set(normalize_indices(
                     self.global_attn_indices, depth, 'global_attn_indices')))) \
@@ -268,8 +269,6 @@ class ViT5Config:
             raise ValueError(f"norm must be one of {tuple(TOKEN_NORMS)} ('rms' is ViT-5's "
                              f"RMSNorm, 'ln' LayerNorm with bias), got {self.norm!r}")
         check_head(self.num_classes, self.global_pool)
-        if self.window_size and self.global_attn_indices:
-            normalize_indices(self.global_attn_indices, depth, 'global_attn_indices')
         if self.cp_impl is not None:
             if self.cp_impl not in CP_IMPLS:
                 raise ValueError(f'cp_impl must be one of {CP_IMPLS}, got {self.cp_impl!r}; '
