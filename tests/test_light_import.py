@@ -11,39 +11,29 @@ from conftest import REPO
 # stacks, and mmengine's runner with mmcv's ops, which the upstream patches wait for
 HEAVY = ('matplotlib', 'mmdet', 'mmseg', 'mmpretrain', 'onnx', 'timm', 'mmengine.runner',
          'mmcv.ops', 'mmcv.cnn')
-
-
-def imported_after(code: str) -> dict:
-    """The modules loaded, and the registrations seen, in a new interpreter after ``code``."""
-    probe = f'''
-import json, sys
-{code}
+# what each step of a process registers, as an mmdet config's custom_imports sees it
+PROBE = '''
+import importlib, json, sys
 from mmengine.registry import HOOKS, METRICS, MODELS, OPTIM_WRAPPER_CONSTRUCTORS
-print(json.dumps(dict(
-    modules=sorted(sys.modules),
-    registered=[name for name, registry in (('ViT5', MODELS), ('SimpleFeaturePyramid', MODELS),
-                ('RNGStateHook', HOOKS), ('FasterCocoMetric', METRICS),
-                ('ViT5LayerDecayOptimizerConstructor', OPTIM_WRAPPER_CONSTRUCTORS))
-                if registry.get(name) is not None])))
+for step in sys.argv[1:]:
+    importlib.import_module(step)
+    print(json.dumps(dict(step=step, modules=sorted(sys.modules), registered=[
+        name for name, registry in (('ViT5', MODELS), ('SimpleFeaturePyramid', MODELS),
+                                    ('RNGStateHook', HOOKS), ('FasterCocoMetric', METRICS),
+                                    ('ViT5LayerDecayOptimizerConstructor',
+                                     OPTIM_WRAPPER_CONSTRUCTORS))
+        if registry.get(name) is not None])))
 '''
-    out = subprocess.run([sys.executable, '-c', probe], cwd=REPO, capture_output=True,
-                         text=True, check=True).stdout
-    return json.loads(out.splitlines()[-1])
 
 
-def test_import_mmvit5_is_light():
-    found = imported_after('import mmvit5')
-    assert not [m for m in HEAVY if m in found['modules']]
-    assert found['registered'] == ['ViT5']
-
-
-def test_what_a_library_brings_is_registered_when_it_is_imported():
-    """The runner brings the hooks and the constructor, mmcv.cnn the neck, mmdet the COCO
-    metric, in either order of imports: as an mmdet config's ``custom_imports`` sees them."""
-    found = imported_after('import mmvit5\nimport mmengine.runner')
-    assert found['registered'] == ['ViT5', 'RNGStateHook', 'ViT5LayerDecayOptimizerConstructor']
-    found = imported_after('import mmdet.evaluation\nimport mmvit5')  # mmvit5 second
-    assert 'FasterCocoMetric' in found['registered']
-    found = imported_after('import mmvit5\nimport mmdet.models')
-    assert set(found['registered']) == {'ViT5', 'SimpleFeaturePyramid', 'RNGStateHook',
-                                        'FasterCocoMetric', 'ViT5LayerDecayOptimizerConstructor'}
+def test_import_is_light_and_the_rest_comes_with_its_library():
+    """``import mmvit5`` registers the backbone only; mmengine's runner then brings the hooks
+    and the optimizer constructor, mmdet's models (and mmcv.cnn) the neck and the COCO metric."""
+    out = subprocess.run([sys.executable, '-c', PROBE, 'mmvit5', 'mmengine.runner',
+                          'mmdet.models'], cwd=REPO, capture_output=True, text=True, check=True)
+    light, runner, mmdet = (json.loads(line) for line in out.stdout.splitlines()[-3:])
+    assert [m for m in HEAVY if m in light['modules']] == []
+    assert light['registered'] == ['ViT5']
+    assert runner['registered'] == ['ViT5', 'RNGStateHook', 'ViT5LayerDecayOptimizerConstructor']
+    assert mmdet['registered'] == ['ViT5', 'SimpleFeaturePyramid', 'RNGStateHook',
+                                   'FasterCocoMetric', 'ViT5LayerDecayOptimizerConstructor']
