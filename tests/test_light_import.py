@@ -8,9 +8,10 @@ import sys
 from conftest import REPO
 
 # what `import mmvit5` must not import (issue 45): the task libraries, the export and plotting
-# stacks, and mmengine's runner with mmcv's ops, which the upstream patches wait for
+# stacks, mmengine's runner with mmcv's ops, which the upstream patches wait for, and
+# torchvision (its ops import its models and datasets)
 HEAVY = ('matplotlib', 'mmdet', 'mmseg', 'mmpretrain', 'onnx', 'timm', 'mmengine.runner',
-         'mmcv.ops', 'mmcv.cnn')
+         'mmcv.ops', 'mmcv.cnn', 'torchvision')
 # what each step of a process registers, as an mmdet config's custom_imports sees it
 PROBE = '''
 import importlib, json, sys
