@@ -58,6 +58,8 @@ setup(
     long_description=open(os.path.join(here, 'README.md')).read(),
     long_description_content_type='text/markdown',
     license='Apache-2.0',
+    url='https://github.com/mmvit5/mmvit5',
+    project_urls={'Issues': 'https://github.com/mmvit5/mmvit5/issues'},
     packages=find_packages(include=['mmvit5', 'mmvit5.*']),
     py_modules=['_mmvit5_hook'],
     cmdclass={'build_py': BuildWithPth},

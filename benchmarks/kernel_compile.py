@@ -10,12 +10,14 @@ sizes of training; the outputs stay unwritten and mean nothing. ``ptxas -v`` the
 registers, spills and stack per kernel.
 
 The kernel modules must have been imported without ``TRITON_INTERPRET`` (run in a process of
-its own: ``tools/compile_kernels.py``).
+its own: ``python -m benchmarks.kernel_compile``).
 """
+import argparse
 import contextlib
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from typing import Iterator, List, NamedTuple, Sequence
 
@@ -83,7 +85,7 @@ def compile_only(arch: int, found: List) -> Iterator[None]:
     )
     if dispatch.INTERPRET:
         raise RuntimeError('the kernels were decorated under TRITON_INTERPRET=1: compile them '
-                           'in a process without it (python tools/compile_kernels.py)')
+                           'in a process without it (python -m benchmarks.kernel_compile)')
     launch = JITFunction.run
 
     def compile_instead(self, *args, grid, warmup, **kwargs):
@@ -200,3 +202,53 @@ def compiled_table(found: Sequence[Compiled]) -> str:
         lines.append(f'| `{kernel}` | {arch} | {row["variants"]} | {row["registers"]} | '
                      f'{row["spill"]} | {row["stack"]} | {row["shared"] / 1024:.1f} | {warps} |')
     return '\n'.join(lines)
+
+
+def ints(text: str) -> list:
+    return [int(v) for v in text.split(',')]
+
+
+def main() -> int:
+    # the kernels must be decorated for the compiler, not for the interpreter (mmvit5 is
+    # imported by the functions below, after this)
+    os.environ.pop('TRITON_INTERPRET', None)
+    parser = argparse.ArgumentParser(
+        prog='python -m benchmarks.kernel_compile',
+        description="Compile mmvit5's Triton kernels for CUDA GPUs here, with or without a "
+        'GPU, and report their registers, spills and shared memory; exit 1 when a kernel '
+        'spills registers or needs more shared memory than its GPU has.')
+    parser.add_argument('--archs', type=ints, default=[80, 90],
+                        help='CUDA compute capabilities x 10 (an unknown one is refused with '
+                        'the list)')
+    parser.add_argument('--widths', type=ints, default=[384, 768, 1024],
+                        help='ViT5 embed_dim (ViT5-S/B/L), 64-wide heads')
+    parser.add_argument('--modes', help='comma list of float32, bf16 autocast, fp16 '
+                        'autocast, bfloat16 (default: all)')
+    parser.add_argument('--json', help='write every compiled kernel here')
+    args = parser.parse_args()
+    from .results import machine, write_results
+    args.modes = args.modes or ','.join(MODES)
+    unknown = [a for a in args.archs if a not in SHARED_LIMIT]
+    modes = args.modes.split(',')
+    if unknown or set(modes) - set(MODES):
+        parser.error(f'--archs {unknown} or --modes {sorted(set(modes) - set(MODES))} unknown: '
+                     f'archs are {sorted(SHARED_LIMIT)}, modes {list(MODES)}')
+    found = compile_block_kernels(args.archs, args.widths, modes)
+    print(compiled_table(found))
+    bad = [c for c in found if c.spill_bytes or c.shared > SHARED_LIMIT[c.arch]]
+    for c in bad:
+        print(f'[kernel_compile] {c.kernel} on sm_{c.arch} ({c.mode}, width {c.width}): '
+              f'{c.spill_bytes} bytes spilled, {c.shared} bytes shared of '
+              f'{SHARED_LIMIT[c.arch]}', file=sys.stderr)
+    if args.json:
+        import triton
+        archs = ', '.join(f'sm_{a}' for a in args.archs)
+        write_results(args.json, dict(machine=machine(), note=f'compiled for {archs}, not run: '
+                                      f'Triton {triton.__version__} and its ptxas'),
+                      'python -m benchmarks.kernel_compile ' + ' '.join(sys.argv[1:]),
+                      kernels=[c._asdict() for c in found])
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -3,7 +3,7 @@
 One row per export: the graph (file size, operators), the largest |ORT - PyTorch| per checked
 size, and the latency of both on the export input (median of alternated rounds). ``--json``
 adds the row to a results file (a row of the same config, part, size and batch is replaced);
-:func:`latency_table` renders the file for tools/make_tables.py.
+:func:`latency_table` renders the file for python -m benchmarks.tables.
 """
 import json
 import os

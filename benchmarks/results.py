@@ -4,10 +4,11 @@
 in the work dir (:func:`record_run`); :func:`collect_runs` reads them back with the latest
 evaluation: the metrics ``tools/test.py`` wrote into the same work dir, else the last
 validation of training. :func:`save_runs` keeps them in ``results/runs.json``, from which
-``tools/make_tables.py`` writes the table. :func:`results_table` puts the runs next to the
+``python -m benchmarks.tables`` writes the table. :func:`results_table` puts the runs next to the
 published anchors; a recipe without a run reads "not yet measured", and a run of any other
 config (a smoke run, a toy run) is listed under its own name, never as a shipped recipe.
 """
+import argparse
 import glob
 import json
 import os
@@ -25,7 +26,7 @@ NOT_RECORDED = 'not recorded'
 
 def begin_marker(name: str) -> str:
     """The comment line after which a generated table ``name`` starts in a Markdown file."""
-    return f'<!-- {name} table: generated from results/ by tools/make_tables.py; do not edit -->'
+    return f'<!-- {name} table: generated from results/ by python -m benchmarks.tables; do not edit -->'
 
 
 def end_marker(name: str) -> str:
@@ -174,7 +175,7 @@ def record_test_suite(path: str, junit: str, seconds: int, command: str, fresh: 
                       label: Optional[str] = None) -> None:
     """``results/test_suite.json``: a run of the whole test suite, its wall time, its counts
     and each file's time (from pytest's JUnit XML ``junit``), written by
-    ``tools/record_test_suite.py`` (which ``tools/run_tests.sh`` calls after a run of the
+    ``python -m benchmarks.results`` (which ``tools/run_tests.sh --record`` runs after the
     whole suite).
 
     Without ``label`` the run is the file's own (the docs' suite time); with one, it is kept
@@ -329,3 +330,29 @@ def write_into(path: str, table: str, name: str = 'results') -> None:
     text = fill_table(text, name, table, path)
     with open(path, 'w') as f:
         f.write(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog='python -m benchmarks.results',
+        description="Record a run of the whole test suite in results/test_suite.json (what "
+        "bash tools/run_tests.sh --record does), read from pytest's JUnit XML.",
+        epilog='a run of another commit, kept as a column of the per-file table: '
+        'MMVIT5_COMMIT=4d5fe0b python -m benchmarks.results JUNIT SECONDS --label before '
+        "--command 'python -m pytest --junitxml=JUNIT'")
+    parser.add_argument('junit', help="pytest's --junitxml file of the run")
+    parser.add_argument('seconds', type=int, help='wall time of the run')
+    parser.add_argument('--command', required=True, help='the command that ran the suite')
+    parser.add_argument('--fresh', action='store_true',
+                        help='the run was in a new virtualenv (bash tools/run_tests.sh --fresh)')
+    parser.add_argument('--label', help='keep the run as this column of the per-file table '
+                        "(e.g. 'before') instead of as the suite's own run")
+    parser.add_argument('--out', default=osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'results',
+                                             'test_suite.json'))
+    args = parser.parse_args()
+    record_test_suite(args.out, args.junit, args.seconds, args.command, fresh=args.fresh,
+                      label=args.label)
+
+
+if __name__ == '__main__':
+    main()

@@ -5,8 +5,9 @@ Every table sits between the comment lines :func:`benchmarks.results.begin_marke
 text from one results file, with a caption that says the machine, the date and the commit
 (from the file's own ``meta``, else ``results/provenance.json``; a run that did not record its
 commit names the commit that first reported it, as an upper bound).
-``tools/make_tables.py`` rewrites them (:func:`expected_text`); ``tests/test_docs.py`` checks
-that the committed files are what it would write.
+``python -m benchmarks.tables`` rewrites them (:func:`expected_text`; ``--check`` writes
+nothing and exits 1 naming the stale files); ``tests/test_docs.py`` checks that the committed
+files are what it would write.
 
 Kinds of results files:
 
@@ -14,20 +15,23 @@ Kinds of results files:
   ``breakdown`` (``--breakdown``), ``launches`` (``--launches``), ``components``
   (``--components``);
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
-* ``tools/learning_curves.py --json``: ``learning``; ``tools/compile_kernels.py --json``:
+* ``tools/learning_curves.py --json``: ``learning``; ``python -m benchmarks.kernel_compile --json``:
   ``kernels``; ``tools/benchmark_coco_eval.py --json``: ``coco-eval``;
   ``tools/benchmark_data_check.py --json``: ``data-check``;
 * ``tools/benchmark.py --versus CHECKOUT --json`` output: ``versus_table`` (two checkouts'
   rows side by side: ``cpu_training/checkpointing.json``);
-* ``test_suite.json`` (``tools/run_tests.sh`` after a run of the whole suite): ``test_suite``;
+* ``test_suite.json`` (``tools/run_tests.sh --record``): ``test_suite``;
 * ``tools/export_onnx.py --json`` rows (``onnx_latency.json``): ``onnx-latency``;
 * ``runs.json`` (``tools/collect_results.py --save``): the README results table;
 * ``transcribed/*.json``: tables of earlier README versions whose raw output was not kept,
   copied cell by cell with the commit that reported them (``tables``).
 """
+import argparse
+import glob
 import json
 import os.path as osp
 import re
+import sys
 from typing import Callable, Dict, NamedTuple
 
 from .ablation import markdown_table as ablation_table
@@ -152,7 +156,7 @@ def transcribed(data: dict) -> str:
 
 
 def kernels(data: dict) -> str:
-    """``tools/compile_kernels.py --json``: each kernel's resources per GPU architecture."""
+    """``python -m benchmarks.kernel_compile --json``: each kernel's resources per GPU architecture."""
     return compiled_table([Compiled(**c) for c in data['kernels']])
 
 
@@ -185,7 +189,7 @@ def _suite_total(run: dict) -> str:
 
 
 def test_suite(data: dict) -> str:
-    """``tools/run_tests.sh``'s record of the whole suite (``tools/record_test_suite.py``): wall
+    """``tools/run_tests.sh``'s record of the whole suite (``python -m benchmarks.results``): wall
     time and counts, then each test file's time in this run ('latest') and in the runs kept
     beside it (``--label``), the slowest first."""
     line = f'The whole suite (`pytest` in `tools/run_tests.sh`): **{_suite_total(data)}**.'
@@ -280,3 +284,39 @@ def expected_text(path: str, results: str = RESULTS) -> str:
         text = fill_table(text, name, render(name, results), path)
     return text
 
+
+def markdown_files() -> list:
+    found = [osp.join(REPO, 'README.md'),
+             *sorted(glob.glob(osp.join(REPO, 'docs', 'en', '**', '*.md'), recursive=True))]
+    return [path for path in found if MARKER.search(open(path).read())]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog='python -m benchmarks.tables',
+        description='Rewrite the measured tables of the README and the docs from results/.')
+    parser.add_argument('files', nargs='*', help='Markdown files (default: README.md, docs/en)')
+    parser.add_argument('--check', action='store_true',
+                        help='write nothing; exit 1 when a file differs from what would be written')
+    args = parser.parse_args()
+    stale = []
+    for path in args.files or markdown_files():
+        with open(path) as f:
+            text = f.read()
+        expected = expected_text(path)
+        if expected == text:
+            continue
+        stale.append(osp.relpath(path, REPO))
+        if not args.check:
+            with open(path, 'w') as f:
+                f.write(expected)
+    verb = 'out of date' if args.check else 'rewritten'
+    for path in stale:
+        print(f'[make_tables] {path}: {verb}')
+    if args.check and stale:
+        print('[make_tables] run python -m benchmarks.tables and commit the result')
+    return int(args.check and bool(stale))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

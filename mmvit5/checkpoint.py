@@ -25,7 +25,6 @@ import torch
 from mmengine.dist import get_dist_info
 from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
-from mmengine.runner import CheckpointLoader
 
 # Keys under which the known layouts keep the weights, in the order they are looked for.
 STATE_DICT_KEYS = ('state_dict', 'model', 'model_ema')
@@ -177,9 +176,6 @@ def extract_state_dict(checkpoint: dict, key: Optional[str] = None,
     return state
 
 
-# a regular expression, as mmengine matches its schemes: local paths (no "scheme://") that end
-# in .safetensors; mmengine tries it before its catch-all local loader ('')
-@CheckpointLoader.register_scheme(prefixes=r'(?!\w+://).*\.safetensors$')
 def load_from_safetensors(filename: str, map_location=None) -> dict:
     """mmengine's checkpoint loader for local ``.safetensors`` files (:func:`read_checkpoint`).
 
@@ -187,6 +183,16 @@ def load_from_safetensors(filename: str, map_location=None) -> dict:
     them onto the model's device.
     """
     return read_checkpoint(os.path.expanduser(filename))
+
+
+def register_safetensors_scheme() -> None:
+    """Let mmengine's ``CheckpointLoader`` (``load_from``, ``init_cfg``) read local
+    ``.safetensors`` files. ``import mmvit5`` calls it once mmengine's runner is imported."""
+    from mmengine.runner import CheckpointLoader  # a second to import: only when it is used
+    # a regular expression, as mmengine matches its schemes: local paths (no "scheme://") that
+    # end in .safetensors; mmengine tries it before its catch-all local loader ('')
+    CheckpointLoader.register_scheme(prefixes=r'(?!\w+://).*\.safetensors$',
+                                     loader=load_from_safetensors, force=True)
 
 
 @WEIGHT_INITIALIZERS.register_module(name='ReleasedPretrained')

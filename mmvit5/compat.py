@@ -1,14 +1,16 @@
 """Patches for bugs of the pinned OpenMMLab stack (mmengine 0.10.7, mmcv 2.1.0, mmpretrain
 1.2.0) on a modern torch, on CPUs: one function per upstream bug, each declared with the
-upstream versions that have it and applied on ``import mmvit5`` only where those are installed.
+upstream versions that have it and applied only where those are installed: on ``import mmvit5``
+when it patches what mmengine's core holds, else the moment its upstream module is imported (the
+runner's, mmcv's ops, mmpretrain), so that ``import mmvit5`` imports none of them.
 
 Each patch is registered with :func:`upstream_patch`: the package versions it applies to (PEP
-440 ranges, all of which the installed versions must meet) and the upstream issue or the
-reason. :func:`apply_patches` applies what fits, and logs once each patch that it skips
-because an installed version is outside its range (the bug may be fixed there, or the patched
-internals changed: check, then widen the range). ``MMVIT5_DISABLE_PATCHES=name1,name2`` (or
-``all``), set before ``import mmvit5``, turns patches off. ``docs/en/advanced/upstream_patches.md``
-lists them (:func:`markdown_table`).
+440 ranges, all of which the installed versions must meet), the upstream issue or the reason,
+and the module whose import it waits for (``after``). :func:`apply_patches` applies what fits,
+and logs once each patch that it skips because an installed version is outside its range (the
+bug may be fixed there, or the patched internals changed: check, then widen the range).
+``MMVIT5_DISABLE_PATCHES=name1,name2`` (or ``all``), set before ``import mmvit5``, turns patches
+off. ``docs/en/advanced/upstream_patches.md`` lists them (:func:`markdown_table`).
 """
 import argparse
 import functools
@@ -27,6 +29,8 @@ import torch
 from mmengine.logging import HistoryBuffer, print_log
 from packaging.requirements import Requirement
 
+from .utils.after_import import call_after
+
 DISABLE_ENV = 'MMVIT5_DISABLE_PATCHES'
 # import name -> the distributions that may provide it (mmcv ships as mmcv or mmcv-lite)
 DISTRIBUTIONS = {'mmcv': ('mmcv', 'mmcv-lite', 'mmcv-full')}
@@ -42,11 +46,14 @@ class Patch:
             the installed packages must all meet (import names; prereleases count).
         reason (str): The upstream issue, or why the patch exists.
         apply (Callable[[], None]): Applies the patch; idempotent.
+        after (str, optional): The module whose import the patch waits for (it patches that
+            module's code); None: applied on ``import mmvit5``.
     """
     name: str
     applies_to: Tuple[str, ...]
     reason: str
     apply: Callable[[], None]
+    after: Optional[str] = None
 
     def why_not(self) -> Optional[str]:
         """None when every installed package is in range, else why the patch does not apply."""
@@ -63,11 +70,11 @@ PATCHES: Dict[str, Patch] = {}
 _LOGGED = set()
 
 
-def upstream_patch(*applies_to: str, reason: str) -> Callable:
+def upstream_patch(*applies_to: str, reason: str, after: Optional[str] = None) -> Callable:
     """Register the decorated function as the patch of one upstream bug (see :class:`Patch`)."""
 
     def register(function: Callable[[], None]) -> Callable[[], None]:
-        PATCHES[function.__name__] = Patch(function.__name__, applies_to, reason, function)
+        PATCHES[function.__name__] = Patch(function.__name__, applies_to, reason, function, after)
         return function
 
     return register
@@ -124,12 +131,21 @@ def apply_patches(names: Optional[Iterable[str]] = None) -> Dict[str, str]:
     return status
 
 
+def install_patches() -> None:
+    """Apply each patch now, or as soon as the module it waits for is imported
+    (``import mmvit5`` calls this)."""
+    for patch in PATCHES.values():
+        call_after(patch.after or 'torch', functools.partial(apply_patches, [patch.name]))
+
+
 def markdown_table() -> str:
     """The registered patches as the Markdown table of the docs."""
-    rows = ['| Patch | Applies to | Upstream issue or reason |', '| --- | --- | --- |']
+    rows = ['| Patch | Applies to | Applied | Upstream issue or reason |',
+            '| --- | --- | --- | --- |']
     for patch in PATCHES.values():
+        when = f'when `{patch.after}` is imported' if patch.after else 'on `import mmvit5`'
         rows.append(f'| `{patch.name}` | {", ".join(f"`{r}`" for r in patch.applies_to)} | '
-                    f'{patch.reason} |')
+                    f'{when} | {patch.reason} |')
     return '\n'.join(rows)
 
 
@@ -204,11 +220,13 @@ def installed_packages_without_pkg_resources() -> None:
     setuptools no longer ships it. The replacements keep mmengine's results: a distribution of
     that name, else an importable module of that name; the path is the module's folder.
     ``mmengine.config.config`` and ``mmengine.hub.hub`` bound the functions by name, so they
-    are replaced there too.
+    are replaced there too where already imported (an import later binds the replacements).
     """
     for module_name in ('mmengine.utils', 'mmengine.utils.package_utils',
                         'mmengine.config.config', 'mmengine.hub.hub'):
-        module = importlib.import_module(module_name)
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
         for name, function in (('is_installed', _is_installed),
                                ('get_installed_path', _installed_path)):
             if hasattr(module, name):
@@ -245,7 +263,8 @@ def _installed_path(package: str) -> str:
 
 @upstream_patch('mmengine>=0.10.0,<=0.10.7',
                 reason="mmengine's pytorch launcher calls torch.cuda.set_device and gives DDP "
-                'device_ids whether or not CUDA exists, so CPU-only (gloo) runs fail')
+                'device_ids whether or not CUDA exists, so CPU-only (gloo) runs fail',
+                after='mmengine.model')
 def allow_cpu_distributed() -> None:
     """Let mmengine's ``pytorch`` launcher run on machines without CUDA (gloo backend).
 
@@ -283,7 +302,8 @@ def allow_cpu_distributed() -> None:
 # every release up to 0.10.7, the newest checked. A later one is left alone until checked.
 @upstream_patch('mmengine>=0.10.0,<=0.10.7',
                 reason="mmengine's slurm launcher calls torch.cuda.set_device before "
-                'init_process_group whatever the backend, so CPU partitions fail')
+                'init_process_group whatever the backend, so CPU partitions fail',
+                after='mmengine.dist')
 def allow_cpu_slurm() -> None:
     """Let mmengine's ``slurm`` launcher run on nodes without CUDA (gloo backend).
 
@@ -337,7 +357,7 @@ class _DeferredRemovals:
 @upstream_patch('mmengine>=0.10.0,<=0.10.7',
                 reason="mmengine's CheckpointHook deletes the oldest checkpoint before writing "
                 'the next, and writes files in place: a kill mid-save leaves no resumable '
-                'checkpoint')
+                'checkpoint', after='mmengine.runner')
 def crash_safe_checkpoints() -> None:
     """Make a kill at any moment of mmengine's checkpointing leave a resumable work dir.
 
@@ -374,7 +394,7 @@ def crash_safe_checkpoints() -> None:
 
 
 @upstream_patch('mmcv>=2.0.0,<=2.2.0',
-                reason='https://github.com/open-mmlab/mmcv/issues/2203')
+                reason='https://github.com/open-mmlab/mmcv/issues/2203', after='mmcv.ops')
 def contiguous_roi_align() -> None:
     """Make mmcv's ``RoIAlign`` pool channels-last maps correctly.
 
@@ -438,7 +458,7 @@ _MULTIMODAL_NAMES = ('PreTrainedModel', 'apply_chunking_to_forward',
 
 @upstream_patch('mmpretrain>=1.0.0,<=1.2.0',
                 reason="mmpretrain's multimodal models import names that newer transformers "
-                'no longer has; every mmdet model build then fails')
+                'no longer has; every mmdet model build then fails', after='mmpretrain')
 def skip_unimportable_multimodal() -> None:
     """Keep a newer transformers from breaking every mmdet model build.
 

@@ -50,7 +50,7 @@ def _build(in_chans: int = 3, **kwargs) -> ViT5:
     """timm's arguments (``in_chans``) to ViT5's, initialised as timm models are when built."""
     model = ViT5(in_channels=in_chans, out_type='head', **kwargs)
     # not init_weights(): outside a runner, mmengine's would print every parameter's init
-    model._init_from_scratch()
+    model.init_from_scratch()
     return model
 
 

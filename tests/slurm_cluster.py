@@ -2,7 +2,7 @@
 from a temporary folder (no systemd), with their own munge key, socket, ports and state, so
 nothing of the machine's own configuration is read or changed.
 
-The Debian packages ``slurmctld slurmd slurm-client munge`` come from tools/install_slurm.sh
+The Debian packages ``slurmctld slurmd slurm-client munge`` come from tools/dev/install_slurm.sh
 (called by tools/run_tests.sh). Where they are missing or the daemons do not come up,
 :func:`start_cluster` raises :class:`ClusterUnavailable` with the reason.
 """
@@ -98,7 +98,7 @@ def start_cluster(root: str, timeout: float = 60.0) -> SlurmCluster:
     missing = [d for d in DAEMONS if shutil.which(d) is None]
     if missing:
         raise ClusterUnavailable(f'{", ".join(missing)} not installed; run '
-                                 'tools/install_slurm.sh (Debian: slurmctld slurmd '
+                                 'tools/dev/install_slurm.sh (Debian: slurmctld slurmd '
                                  'slurm-client munge)')
     if os.geteuid() != 0:
         raise ClusterUnavailable('the test cluster runs its daemons as root; not root here')

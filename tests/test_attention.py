@@ -160,7 +160,7 @@ def test_compiled_blocks_get_the_block_mask_built():
 def test_backbone_window_layout_and_explicit_path():
     model = ViT5(arch=dict(embed_dim=DIM, depth=8, num_heads=HEADS), img_size=64,
                  window_size=3).eval()
-    assert model.global_attn_indices == [1, 3, 5, 7]
+    assert model.global_attn_indices == (1, 3, 5, 7)
     assert [b.attn.window_size for b in model.blocks] == [3, 0, 3, 0, 3, 0, 3, 0]
     explicit = ViT5(arch=dict(embed_dim=DIM, depth=8, num_heads=HEADS), img_size=64,
                     window_size=3, attn_impl='math').eval()

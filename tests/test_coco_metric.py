@@ -186,7 +186,7 @@ def test_backend_choice(monkeypatch):
 
 def test_benchmark_tool_writes_the_table(tmp_path, monkeypatch, capsys):
     """tools/benchmark_coco_eval.py on a tiny set: alternated rounds, a results file with
-    machine, date and commit, and the table tools/make_tables.py renders from it."""
+    machine, date and commit, and the table python -m benchmarks.tables renders from it."""
     from benchmarks.tables import render
     out = tmp_path / 'coco_eval.json'
     monkeypatch.setattr(sys, 'argv', ['benchmark_coco_eval.py', '--images', '6', '--dets', '30',

@@ -158,7 +158,7 @@ def test_training_path_equals_the_unfused_model_on_cuda(window_size, autocast):
     kwargs = dict(window_size=window_size, global_attn_indices=(3, ))
     gpu = build(**kwargs).cuda().train()
     # torch checkpointing recomputes whole blocks: its plan keeps the rotated q, k
-    kept = build(with_cp=True, cp_impl='torch', **kwargs).cuda().train()
+    kept = build(with_cp=True, **kwargs).cuda().train()
     kept.load_state_dict(gpu.state_dict())
     x = torch.randn(2, 3, 96, 128, device='cuda')
     fused, plain = (train_grads(model, x, autocast) for model in (gpu, kept))

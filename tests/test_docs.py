@@ -1,6 +1,6 @@
 """The docs cannot rot: the site builds with warnings as errors, every ```python block of the
 README and of docs/en runs (a config snippet is built into its model), and every measured
-table is what tools/make_tables.py writes from results/, with its commit; the API page lists
+table is what python -m benchmarks.tables writes from results/, with its commit; the API page lists
 every class mmvit5 registers."""
 import ast
 import glob
@@ -9,6 +9,7 @@ import importlib.util
 import os
 import os.path as osp
 import pkgutil
+import pydoc
 import re
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from mmengine.registry import DefaultScope, init_default_scope
 import mmvit5
 from benchmarks.results import begin_marker, end_marker
 from benchmarks.tables import MARKER, TABLES, expected_text
-from conftest import REPO, run_tool, tool
+from conftest import REPO, run_tool
 from mmvit5.utils import check_config
 
 PAGES = [osp.join(REPO, 'README.md'),
@@ -130,6 +131,40 @@ def test_api_reference_lists_every_registered_class(site):
     assert 'Define the computation performed at every call' not in page
 
 
+def test_api_reference_documents_mmvit5_code_only(site):
+    """Every method on the API page is written in mmvit5: none is an upstream one it inherits
+    or borrows (pycocotools' ``COCOeval.summarize`` came with its typos)."""
+    page = (site[1] / 'api.html').read_text()
+    foreign = []
+    for name in sorted(set(re.findall(r'id="(mmvit5(?:\.\w+)+)"', page))):
+        obj = pydoc.locate(name)  # None: an instance attribute
+        owner = getattr(getattr(obj, '__func__', obj), '__module__', None) or 'mmvit5'
+        if callable(obj) and not owner.startswith('mmvit5'):
+            foreign.append(f'{name} (from {owner})')
+    assert not foreign, f'docs/en/api.rst documents upstream code: {foreign}'
+
+
+def test_repository_licence_and_citation_agree():
+    """One repository address (setup.py's ``url``) in the citation, the README and the docs'
+    source link; the licence is Apache-2.0 in full; the citation names this version."""
+    with open(osp.join(REPO, 'setup.py')) as f:
+        url = re.search(r"url='([^']+)'", f.read()).group(1)
+    with open(osp.join(REPO, 'CITATION.cff')) as f:
+        citation = yaml.safe_load(f)
+    assert citation['repository-code'] == url
+    assert citation['version'] == mmvit5.__version__
+    assert citation['preferred-citation']['url'] == 'https://arxiv.org/abs/2602.08071'
+    with open(osp.join(REPO, 'README.md')) as f:
+        readme = f.read()
+    assert f'{url}/issues' in readme and 'arXiv:2602.08071' in readme
+    assert f'version = {{{mmvit5.__version__}}}' in readme
+    with open(osp.join(REPO, 'docs', 'en', 'conf.py')) as f:
+        assert f"REPOSITORY = '{url}'" in f.read()
+    with open(osp.join(REPO, 'LICENSE')) as f:
+        licence = f.read()
+    assert 'Apache License' in licence and 'END OF TERMS AND CONDITIONS' in licence
+
+
 @pytest.mark.parametrize('code', python_blocks())
 def test_python_block_runs(code, tmp_path, monkeypatch):
     """Each block on its own: a config is built as a user's file beside configs/ would be;
@@ -178,7 +213,7 @@ def test_no_line_is_lost_to_myst():
 
 def test_generated_tables_match_the_results_files():
     stale = [osp.relpath(p, REPO) for p in PAGES if open(p).read() != expected_text(p)]
-    assert not stale, f'{stale}: run python tools/make_tables.py and commit the result'
+    assert not stale, f'{stale}: run python -m benchmarks.tables and commit the result'
 
 
 def test_every_table_is_placed_and_says_where_and_when():
@@ -214,12 +249,12 @@ def test_make_tables_check_names_a_stale_file(tmp_path):
     page = tmp_path / 'page.md'
     name = 'ablations-toy'
     page.write_text(f'# x\n\n{begin_marker(name)}\nold\n{end_marker(name)}\n')
-    status, out = run_tool(tool('make_tables.py') + ['--check', str(page)], cwd=REPO,
-                           check=False)
+    tables = [sys.executable, '-m', 'benchmarks.tables']
+    status, out = run_tool(tables + ['--check', str(page)], cwd=REPO, check=False)
     assert status == 1 and 'page.md: out of date' in out
-    run_tool(tool('make_tables.py') + [str(page)], cwd=REPO)
+    run_tool(tables + [str(page)], cwd=REPO)
     assert 'no-abs-pos' in page.read_text()
-    run_tool(tool('make_tables.py') + ['--check', str(page)], cwd=REPO)
+    run_tool(tables + ['--check', str(page)], cwd=REPO)
 
 
 def test_learning_table_refuses_curves_of_different_validations():

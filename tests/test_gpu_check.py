@@ -59,12 +59,12 @@ def test_one_call_fits_a_lent_gpu_in_order_of_value(tmp_path):
 
 def test_setup_finds_every_import_of_its_check_in_the_bundle_or_the_image():
     """The setup section runs tools/check_env.py: each module it imports comes from a wheel of
-    tools/make_wheels.sh or from the GPU image's packages (its IMAGE list), or setup dies on
+    tools/dev/make_wheels.sh or from the GPU image's packages (its IMAGE list), or setup dies on
     the GPU machine (as with pytest-xdist, added to the tests extra)."""
     import importlib.metadata
 
     from check_env import DEFAULT_EXTRAS, EXTRA_IMPORTS, IMPORTS
-    with open(os.path.join(REPO, 'tools', 'make_wheels.sh')) as f:
+    with open(os.path.join(REPO, 'tools', 'dev', 'make_wheels.sh')) as f:
         script = f.read()
     listed = {'torch', 'torchvision', 'mmcv-lite'}  # the image's, and the cached mmcv wheel
     for name in ('IMAGE', 'PURE', 'BINARY'):
@@ -75,7 +75,7 @@ def test_setup_finds_every_import_of_its_check_in_the_bundle_or_the_image():
     missing = [m for m in modules
                if not {re.sub(r'[-_.]+', '-', d).lower()
                        for d in providers.get(m.split('.')[0], [m])} & normal]
-    assert not missing, f'add their distributions to tools/make_wheels.sh: {missing}'
+    assert not missing, f'add their distributions to tools/dev/make_wheels.sh: {missing}'
 
 
 def test_sections_past_the_budget_are_named_and_sections_picks_a_second_call(tmp_path):

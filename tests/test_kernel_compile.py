@@ -1,13 +1,14 @@
 """The Triton kernels compile for sm_80 and sm_90 with Triton's real compiler (no GPU needed):
 every kernel a ViT5 block launches, in every mode, with no register spill and within the GPU's
-shared memory (tools/compile_kernels.py; the interpreter tests check the values)."""
+shared memory (python -m benchmarks.kernel_compile; the interpreter tests check the values)."""
 import importlib.util
 import json
 import os
+import sys
 
 import pytest
 
-from conftest import REPO, run_tool, tool
+from conftest import REPO, run_tool
 from mmvit5.models.layers.kernels import HAS_TRITON
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +33,8 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_path):
     out = tmp_path / 'kernels.json'
     # a cache of its own: compiled now, not found from an earlier run; TRITON_INTERPRET=1
     # (conftest.py) is inherited and the tool drops it
-    log = run_tool(tool('compile_kernels.py') + ['--widths', '384,1024', '--json', str(out)],
+    log = run_tool([sys.executable, '-m', 'benchmarks.kernel_compile', '--widths', '384,1024',
+                    '--json', str(out)],
                    cwd=REPO, env=dict(TRITON_CACHE_DIR=str(tmp_path / 'cache')))
     found = json.loads(out.read_text())['kernels']
     expected = launched_kernels()

@@ -127,14 +127,14 @@ def test_every_path_equals_the_float32_sdpa_path(kernel, dtype, norm, windows, w
     grad = kernel != 'flex'
     kwargs = dict(attn_impl={'triton': 'auto'}.get(kernel, kernel))
     if with_cp != 'off':
-        kwargs.update(with_cp=True, cp_impl=with_cp)
+        kwargs.update(with_cp=True)
     model = build(norm, windows, **kwargs).train(grad)
     x = torch.randn(IMAGE)
     with torch.set_grad_enabled(grad), torch.autocast('cpu', dtype, enabled=dtype != torch.float32):
         plan = model.plan(x)
     assert plan.triton == (kernel == 'triton')
     assert plan.window_kernel == ('flex' if kernel == 'flex' else 'sdpa')
-    assert plan.checkpoint == (None if with_cp == 'off' or not grad else with_cp)
+    assert plan.checkpoint == (with_cp != 'off' and grad)
     assert plan.autocast == (None if dtype == torch.float32 else dtype)
 
     spy = AttentionInputs(monkeypatch)
@@ -194,18 +194,18 @@ def test_flex_evaluation_at_many_sizes_compiles_once():
 
 
 def test_plan_is_decided_once_and_printed(capsys):
-    model = build('rms', True, attn_impl='math', with_cp=True, cp_impl='torch').train()
+    model = build('rms', True, attn_impl='math', with_cp=True).train()
     x = torch.randn(IMAGE)
     plan = model.plan(x)
     assert (plan.device, plan.mode, plan.attention, plan.window_kernel, plan.checkpoint) == \
-        ('cpu', ExecutionMode.EAGER, 'math', 'sdpa', 'torch')
+        ('cpu', ExecutionMode.EAGER, 'math', 'sdpa', True)
     assert str(plan) == ('cpu, eager, float32 (no autocast), fused ops: PyTorch, attention: '
-                         'math, windows: sdpa, gradients: on, checkpoint: torch, compiled '
+                         'math, windows: sdpa, gradients: on, checkpoint: on, compiled '
                          'blocks: off')
     with torch.no_grad():
-        assert model.plan(x).checkpoint is None and not model.plan(x).grad
+        assert model.plan(x).checkpoint is False and not model.plan(x).grad
     model.eval()
-    assert model.plan(x).checkpoint is None  # torch checkpointing only in training
+    assert model.plan(x).checkpoint is False  # torch checkpointing only in training
 
 
 def test_one_plan_per_forward(monkeypatch):
@@ -230,14 +230,19 @@ def test_one_plan_per_forward(monkeypatch):
 
 
 def test_checkpointing_is_torch_only():
-    """One mechanism: the deprecated cp_impl='fairscale' runs torch's checkpoint (with a
-    warning); grad_checkpointing switches it at run time. (With compiled blocks:
-    tests/test_qk_norm_rope.py.)"""
-    with pytest.warns(FutureWarning, match="cp_impl='fairscale' is deprecated"):
-        model = build('rms', True, with_cp=True, cp_impl='fairscale').train()
-    assert model.plan(torch.randn(IMAGE)).checkpoint == 'torch'
+    """One mechanism and one name: cp_impl, deprecated, warns whatever its value and runs
+    torch's checkpoint; timm's set_grad_checkpointing and grad_checkpointing are with_cp.
+    (With compiled blocks: tests/test_qk_norm_rope.py.)"""
+    for impl in ('fairscale', 'torch'):
+        with pytest.warns(FutureWarning, match=f"cp_impl='{impl}' is deprecated"):
+            model = build('rms', True, with_cp=True, cp_impl=impl).train()
+        assert model.config.cp_impl is None  # warned once: a new config does not warn again
+    assert model.plan(torch.randn(IMAGE)).checkpoint is True
     model.grad_checkpointing = False
-    assert model.plan(torch.randn(IMAGE)).checkpoint is None
+    assert model.plan(torch.randn(IMAGE)).checkpoint is False and not model.config.with_cp
+    model.set_grad_checkpointing()
+    assert model.config.with_cp and model.grad_checkpointing
+    assert model.plan(torch.randn(IMAGE)).checkpoint is True
 
 
 def test_impossible_combinations_are_refused_with_the_reason():

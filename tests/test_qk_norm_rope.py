@@ -65,7 +65,7 @@ def grads(model: nn.Module, images: torch.Tensor, autocast: bool = False):
 def kept_twin(model: ViT5, **kwargs) -> ViT5:
     """``model`` under torch checkpointing: its plan keeps the rotated q and k (checkpointing
     recomputes whole blocks instead), the reference for the recomputing path."""
-    twin = ViT5(with_cp=True, cp_impl='torch', **kwargs).train()
+    twin = ViT5(with_cp=True, **kwargs).train()
     twin.blocks = twin.blocks[:len(model.blocks)]
     twin.out_indices = model.out_indices
     twin.load_state_dict(model.state_dict())
@@ -144,7 +144,7 @@ def test_attention_under_checkpointing_does_not_nest_hooks():
     model = ViT5(arch=dict(embed_dim=64, depth=2, num_heads=2), img_size=64,
                  with_cp=True).train()
     x = torch.randn(1, 3, 64, 64)
-    assert model.plan(x).checkpoint == 'torch' and not model.plan(x).recompute_qk(None)
+    assert model.plan(x).checkpoint is True and not model.plan(x).recompute_qk(None)
     model(x)[0].sum().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
     assert make_plan(torch.randn(1)).recompute_qk(None)

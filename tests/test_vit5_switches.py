@@ -1,6 +1,7 @@
 """ViT5's ablation switches: the parts they remove, the fast paths under each, and loading a
 released checkpoint into an ablated model (what fits loads, the rest is logged)."""
 import logging
+from dataclasses import fields
 
 import pytest
 import torch
@@ -8,7 +9,7 @@ from mmengine.logging import MMLogger
 
 import reference_vit5 as ref
 from mmvit5.checkpoint import CheckpointError
-from mmvit5.models import ViT5
+from mmvit5.models import ViT5, ViT5Config
 from mmvit5.models.layers.rope import RotaryEmbedding2D, register_grid, sequence_angles
 from test_vit5 import ARCH, DEPTH, DIM, HEADS, IMG, build, rel_err, released  # noqa: F401
 
@@ -81,7 +82,7 @@ def test_fast_paths_agree_under_the_switches(name):
         expected = plain(x)[0]
     assert expected.shape == (2, 1 + 20 + plain.num_registers, DIM)
     for variant in (dict(attn_impl='math'), dict(window_size=5, global_attn_indices=[]),
-                    dict(with_cp=True, cp_impl='torch')):
+                    dict(with_cp=True)):
         other = ViT5(arch=ARCH, img_size=IMG, **FAST_PATH_CASES[name], out_type='raw',
                      **variant)
         other.load_state_dict(plain.state_dict())
@@ -205,3 +206,49 @@ def test_checkpoint_of_an_ablated_model_loads_back(tmp_path):
     loaded = build(str(tmp_path / 'ablated.pth'), **kwargs)
     for key, value in trained.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
+
+
+# the windowed variants beside the ablations: windows with the default, explicit, no and every
+# global block; a pyramid's several outputs, negative indices; a non-square pretraining size
+VARIANTS = {**SWITCHES, 'windows': dict(window_size=2), 'windows-globals': dict(
+    window_size=2, global_attn_indices=(-1, 0)), 'windows-no-global': dict(
+    window_size=2, global_attn_indices=()), 'windows-all-global': dict(
+    window_size=2, global_attn_indices=tuple(range(DEPTH))),
+    'outputs': dict(out_indices=(-1, 1), img_size=(IMG, IMG + 16))}
+
+
+@pytest.mark.parametrize('name', sorted(VARIANTS))
+def test_the_config_is_the_models_state(name):
+    """Every model attribute named as a config field (but a layer) has the field's value,
+    resolved (a size pair, non-negative indices, the global blocks), also after timm's pruning;
+    the blocks are built as the config says."""
+    model = ViT5(arch=ARCH, **{'img_size': IMG, **VARIANTS[name]})
+    for pruned in (False, True):
+        cfg = model.config
+        # but `norm`, the final norm layer, named by the released checkpoint's keys
+        shared = [f.name for f in fields(cfg) if hasattr(model, f.name) and f.name not in
+                  model._modules]
+        assert {'img_size', 'out_indices', 'window_size', 'global_attn_indices',
+                'num_registers', 'out_type'} <= set(shared)
+        assert {n: getattr(model, n) for n in shared} == {n: getattr(cfg, n) for n in shared}
+        assert len(cfg.img_size) == 2 and all(0 <= i < model.depth for i in cfg.out_indices)
+        assert model.depth == cfg.arch_settings['depth'] == len(model.blocks)
+        windowed = [i for i, block in enumerate(model.blocks) if block.attn.window_size]
+        assert windowed == [i for i in range(model.depth) if i not in cfg.global_attn_indices]
+        assert {block.attn.window_size for block in model.blocks} - {0} <= {cfg.window_size}
+        assert (cfg.window_size == 0) == (not windowed)
+        # resolved values resolve to themselves: a config made from them is the same config
+        assert ViT5Config(**{f.name: getattr(cfg, f.name) for f in fields(cfg)}) == cfg
+        if not pruned:
+            assert model.prune_intermediate_layers([1]) == [1]
+    assert model.depth == 2 and model.config.out_indices == (1, )
+
+
+def test_a_model_attribute_is_set_through_its_checked_config():
+    model = ViT5(arch=ARCH, img_size=IMG, with_cp=True)
+    model.out_indices = [-1]
+    assert model.out_indices == model.config.out_indices == (DEPTH - 1, )
+    with pytest.raises(ValueError, match='out_type must be one of'):
+        model.out_type = 'tokens'
+    model.set_grad_checkpointing(False)  # timm's name for with_cp
+    assert not model.config.with_cp and not model.grad_checkpointing

@@ -10,14 +10,10 @@ then evaluates it as mmdet's CocoMetric does, boxes then masks, with both backen
 alternated rounds. Prints each backend's median seconds and the speed-up, and whether every
 number (summary stats, accumulated precision, recall and scores) was equal bit for bit; exits
 1 where one was not. ``--json`` keeps it all with the machine, date and commit, from which
-``tools/make_tables.py`` writes the table of docs/en/user_guides/train_test.md.
+``python -m benchmarks.tables`` writes the table of docs/en/user_guides/train_test.md.
 """
 import argparse
-import os.path as osp
 import sys
-
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-sys.path.insert(0, REPO)  # benchmarks/ beside tools/
 
 
 def main() -> int:

@@ -28,7 +28,7 @@ EXTRA_IMPORTS = {'tests': ['pytest', 'xdist', 'panopticapi'],
                  'deploy': ['onnx', 'onnxruntime', 'onnxscript'],
                  'docs': ['sphinx', 'myst_parser', 'sphinx_rtd_theme', 'sphinx_copybutton'],
                  'hf': ['transformers', 'accelerate']}
-# without --extras: what a GPU image with the wheels of tools/make_wheels.sh has (no docs)
+# without --extras: what a GPU image with the wheels of tools/dev/make_wheels.sh has (no docs)
 DEFAULT_EXTRAS = 'tests,benchmark,deploy'
 INSTALL_TORCH = ('pip install torch==2.14.1 torchvision==0.29.1 (or the CUDA build of a torch '
                  'in the range with its matching torchvision), then rerun bash tools/install.sh')

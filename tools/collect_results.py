@@ -3,7 +3,7 @@
     python tools/collect_results.py work_dirs/vit5_maskrcnn_coco work_dirs/... [--readme README.md]
     python tools/collect_results.py work_dirs            # every run folder inside
     python tools/collect_results.py work_dirs --save results/runs.json   # keep them, then
-    python tools/make_tables.py                          # rewrite README and docs tables
+    python -m benchmarks.tables                          # rewrite README and docs tables
 
 Each work dir is a tools/train.py run (it records config, commit, date and machine); the
 metrics are those tools/test.py wrote into the same work dir (``--work-dir`` of the training

@@ -8,9 +8,10 @@
 Writes the ONNX file, then reports its operators, the largest |ONNX Runtime - PyTorch| per
 output at the export size (and, with ``--dynamic``, at other sizes and batches), and ONNX
 Runtime's latency against PyTorch eager (median of alternated rounds; ``--json`` adds the row
-to a results file that tools/make_tables.py turns into the docs' table). Exits 1 when an error
-is above ``--atol``. The whole model (``--part model``, the default) pads the image only where
-the config's test pads it: its numbers are the config's ``test_step``'s at every size.
+to a results file that ``python -m benchmarks.tables`` turns into the docs' table). Exits 1
+when an error is above ``--atol``. The whole model (``--part model``, the default) pads the
+image only where the config's test pads it: its numbers are the config's ``test_step``'s at
+every size.
 """
 import argparse
 import os

@@ -3,7 +3,7 @@
 # network, no compiler. One call fits one command of a lent GPU (10 minutes, the machine's
 # start outside it): its sections' time caps sum to at most BUDGET (480 s).
 #
-#   here, with network:   bash tools/make_wheels.sh .whl 3.12   (the pure-Python stack)
+#   here, with network:   bash tools/dev/make_wheels.sh .whl 3.12   (the pure-Python stack)
 #   there:                bash tools/gpu_check.sh [WHEELS=.whl]
 #   a second call:        SECTIONS='targets_compiled loop' bash tools/gpu_check.sh
 #   anywhere:             DRY_RUN=1 bash tools/gpu_check.sh     (the plan, nothing run)
@@ -346,7 +346,7 @@ rehearse() {
   venv=$dir/venv
   echo "[rehearse] a new venv in $venv: torch, torchvision and the GPU image's packages"
   "$PY" -m venv "$venv" || return 1
-  for name in torch torchvision $(bash tools/make_wheels.sh --image); do
+  for name in torch torchvision $(bash tools/dev/make_wheels.sh --image); do
     pins+=("$name$("$PY" -c "import importlib.metadata as m, sys
 try: print('==' + m.version(sys.argv[1]).split('+')[0])
 except m.PackageNotFoundError: print('')" "$name")")
@@ -356,7 +356,7 @@ except m.PackageNotFoundError: print('')" "$name")")
     | grep -v 'is neither a file nor a directory'
   ((PIPESTATUS[0] == 0)) || return 1
   echo "[rehearse] the bundle for $("$venv/bin/python" -V)"
-  bash tools/make_wheels.sh "$dir/whl" "$("$venv/bin/python" -c \
+  bash tools/dev/make_wheels.sh "$dir/whl" "$("$venv/bin/python" -c \
     'import sys; print("%d.%d" % sys.version_info[:2])')" 2>&1 \
     | grep -v 'is neither a file nor a directory'
   ((PIPESTATUS[0] == 0)) || return 1
@@ -367,7 +367,7 @@ except m.PackageNotFoundError: print('')" "$name")")
        "install allows) for sm_90"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target \
     "$dir/triton-oldest" "triton==$TRITON_OLDEST" 2> "$dir/triton-oldest.txt" \
-    && env PYTHONPATH="$dir/triton-oldest" "$venv/bin/python" tools/compile_kernels.py \
+    && env PYTHONPATH="$dir/triton-oldest" "$venv/bin/python" -m benchmarks.kernel_compile \
       --archs 90 --widths 768 --modes 'bf16 autocast' > "$dir/triton-oldest.txt" 2>&1 \
     || { tail -n 5 "$dir/triton-oldest.txt"; echo "[rehearse] FAILED on Triton $TRITON_OLDEST"
          rc=1; }

@@ -6,7 +6,7 @@ at regular intervals, and record the curves (a script, not a timed test).
 
 Writes ``<out>/curves.png`` (loss and mAP / mIoU over iterations), the work dirs of both runs
 and, with ``--json``, every validation's metrics with machine, date and commit: the table of
-docs/en/get_started/quickstart.md (``tools/make_tables.py``). Chance level on this set: a
+docs/en/get_started/quickstart.md (``python -m benchmarks.tables``). Chance level on this set: a
 detector that predicts nothing (or random boxes) scores 0 mAP; a segmentor that paints every
 pixel background scores about 25 mIoU (mmseg reports percent) over the four present classes
 (100 IoU on background, 0 on the three shapes).

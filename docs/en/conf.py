@@ -32,4 +32,10 @@ copybutton_prompt_text = r'>>> |\.\.\. |\$ '
 copybutton_prompt_is_regexp = True
 html_theme = 'sphinx_rtd_theme'
 html_static_path = ['_static']
-html_css_files = ['css/mmvit5.css']  # wide tables wrap instead of being clipped
+html_css_files = ['css/mmvit5.css']  # wide tables and code scroll in their box
+# "Edit on GitHub" on every page (the theme's source link); the landing page's "Cite, licence,
+# issues" section (from the README) links the repository and its issues
+REPOSITORY = 'https://github.com/mmvit5/mmvit5'
+html_context = dict(display_github=True, github_user=REPOSITORY.split('/')[-2],
+                    github_repo=REPOSITORY.split('/')[-1], github_version='main',
+                    conf_py_path='/docs/en/')

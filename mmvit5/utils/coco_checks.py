@@ -12,7 +12,7 @@ import os.path as osp
 from collections import Counter
 from typing import Dict, List
 
-from .checks import count
+from ..checks import count
 
 IMAGE_KEYS = ('id', 'file_name', 'width', 'height')
 ANNOTATION_KEYS = ('id', 'image_id', 'category_id', 'bbox', 'area', 'segmentation')

@@ -17,7 +17,7 @@ from typing import List, NamedTuple, Sequence, Tuple
 
 from PIL import Image
 
-from .checks import count
+from ..checks import count
 
 ORIENTATION = 0x0112  # the EXIF / TIFF tag
 TURNS = {2: 'mirrored', 3: 'turned 180°', 4: 'flipped upside down',

@@ -7,6 +7,7 @@ from typing import List, Optional, Tuple
 from mmengine.config import Config
 
 from ..checkpoint import DOCS, CheckpointError, check_checkpoint_file, download_checkpoint, is_url
+from ..models.backbones.vit5_weights import RELEASED_FILES, RELEASED_URL
 
 # initialisers whose ``checkpoint`` is a file or URL (mmengine's and mmvit5.checkpoint's)
 INIT_TYPES = ('Pretrained', 'ReleasedPretrained')
@@ -72,7 +73,6 @@ def check_pretrained(cfg: Config, path: str = 'config', download: Optional[bool]
 
 def _suggestion(source: str) -> str:
     """The released file's URL for a path named like one, else a generic fix."""
-    from ..models.backbones.vit5_weights import RELEASED_FILES, RELEASED_URL  # a cycle if global
     name = os.path.basename(source)
     if name in RELEASED_FILES:
         return (f'the released URL {RELEASED_URL.format(name)} (downloaded once into the torch '

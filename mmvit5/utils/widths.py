@@ -10,6 +10,8 @@ from typing import Any, List, Optional, Tuple
 
 from mmengine.config import ConfigDict
 
+from ..models.backbones.vit5_config import ARCH_ZOO
+
 Mismatch = Tuple[str, Any, Any, str]  # path, current value, value to set, where it comes from
 
 # widths inside heads that no other module reads: free to shrink
@@ -31,10 +33,9 @@ def vit5_arch(backbone: dict) -> Optional[dict]:
     backbones and for an arch ViT5 itself will reject with its own message."""
     if backbone.get('type') != 'ViT5':
         return None
-    from ..models.backbones.vit5 import ViT5
     arch = backbone.get('arch', 'base')
     if isinstance(arch, str):
-        return ViT5.arch_zoo.get(arch.lower())
+        return ARCH_ZOO.get(arch.lower())
     return arch if {'embed_dim', 'depth'} <= set(arch) else None
 
 

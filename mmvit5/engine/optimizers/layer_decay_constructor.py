@@ -6,7 +6,7 @@ from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-from ...utils.checks import check_number
+from ...checks import check_number
 
 # parameters that never get weight decay besides every 1-D tensor (norms, gammas, biases)
 NO_DECAY_TOKENS = ('cls_token', 'reg_token', 'pos_embed')

@@ -6,6 +6,7 @@ Data flow: image -> patch embed (+ absolute embedding resized to the run-time gr
 -> raster order -> strip the class token and registers -> (B, C, H, W) per ``out_indices``
 entry. How a forward runs is decided once, by :meth:`ViT5.plan`, and handed to every layer.
 """
+import dataclasses
 import inspect
 from dataclasses import fields
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
@@ -25,7 +26,7 @@ from ..layers.plan import ExecutionPlan, make_plan
 from ..layers.pos_embed import resize_pos_embed
 from ..layers.rope import RotaryEmbedding2D, register_grid, rotations, sequence_angles
 from ..layers.windows import WindowLayout, permute_tokens, window_layout
-from .vit5_config import ARCH_ZOO, ViT5Config, normalize_indices
+from .vit5_config import ARCH_ZOO, ViT5Config, config_field
 from .vit5_timm_api import ViT5TimmApi
 from .vit5_weights import checkpoint_filter_fn
 
@@ -48,29 +49,30 @@ class ViT5(ViT5TimmApi, BaseModule):
             select the entry); anything else is mmengine's usual initialisation.
 
     Attributes:
-        grad_checkpointing (bool): Checkpoint each block's activations in training (from
-            ``with_cp``; the plan reads it at every forward, so it may be switched at run time).
+        config (ViT5Config): The model's state: ``img_size``, ``out_indices``, ``out_type``,
+            ``window_size``, ``global_attn_indices``, ``num_classes``, ``global_pool`` ... are
+            its fields (resolved: a size pair, non-negative indices), read and set through it.
+        grad_checkpointing (bool): timm's name of ``config.with_cp``: checkpoint each block's
+            activations in training (the plan reads it at every forward).
     """
 
     arch_zoo = ARCH_ZOO
+    img_size = config_field('img_size')
+    patch_size = config_field('patch_size')
+    in_channels = config_field('in_channels')
+    num_registers = config_field('num_registers')
+    out_indices = config_field('out_indices')
+    out_type = config_field('out_type')
+    window_size = config_field('window_size')
+    global_attn_indices = config_field('global_attn_indices')
+    num_classes = config_field('num_classes')
+    global_pool = config_field('global_pool')
 
     def __init__(self, init_cfg: Optional[Union[dict, List[dict]]] = None, **options) -> None:
         super().__init__(init_cfg=init_cfg)
         self.config = cfg = ViT5Config.from_kwargs(**options)
         arch = cfg.arch_settings
-        self.embed_dim = embed_dim = arch['embed_dim']
-        self.depth = depth = arch['depth']
-        num_heads = arch['num_heads']
-        self.patch_size = cfg.patch_size
-        self.in_channels = cfg.in_channels
-        self.img_size = (cfg.img_size, ) * 2 if isinstance(cfg.img_size, int) \
-            else tuple(cfg.img_size)
-        self.pretrain_grid = (self.img_size[0] // cfg.patch_size,
-                              self.img_size[1] // cfg.patch_size)
-        self.num_registers = cfg.num_registers
-        self.out_indices = normalize_indices(cfg.out_indices, depth)
-        self.out_type = cfg.out_type
-        self.grad_checkpointing = cfg.with_cp
+        embed_dim, depth, num_heads = arch['embed_dim'], arch['depth'], arch['num_heads']
 
         self.patch_embed = PatchEmbed(cfg.in_channels, embed_dim, cfg.patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
@@ -93,15 +95,11 @@ class ViT5(ViT5TimmApi, BaseModule):
             rates = [cfg.drop_path_rate] * depth
         else:
             rates = torch.linspace(0, cfg.drop_path_rate, depth).tolist()
-        self.global_attn_indices = self._global_blocks(cfg.window_size, cfg.global_attn_indices,
-                                                       depth)
-        # the side of the windows any block uses; 0 when every block is global
-        self.window_size = cfg.window_size if len(self.global_attn_indices) < depth else 0
         self.blocks = nn.ModuleList([
             Block(dim=embed_dim, num_heads=num_heads, mlp_ratio=arch.get('mlp_ratio', 4.0),
                   drop_path=rates[i], layer_scale_init_value=cfg.layer_scale_init_value,
                   qk_norm=cfg.qk_norm, qkv_bias=cfg.qkv_bias, norm=cfg.norm,
-                  window_size=0 if i in self.global_attn_indices else cfg.window_size)
+                  window_size=0 if i in cfg.global_attn_indices else cfg.window_size)
             for i in range(depth)
         ])
         if cfg.compile_blocks:
@@ -115,14 +113,26 @@ class ViT5(ViT5TimmApi, BaseModule):
         self.reset_classifier(cfg.num_classes, cfg.global_pool)  # no head (no keys) for 0
         self._freeze_stages()
 
-    @staticmethod
-    def _global_blocks(window_size: int, indices: Optional[Sequence[int]],
-                       depth: int) -> List[int]:
-        if not window_size:
-            return list(range(depth))
-        if indices is None:
-            return [depth * (i + 1) // 4 - 1 for i in range(4)]
-        return normalize_indices(indices, depth, 'global_attn_indices') if indices else []
+    @property
+    def embed_dim(self) -> int:
+        return self.config.arch_settings['embed_dim']
+
+    @property
+    def depth(self) -> int:
+        return self.config.arch_settings['depth']
+
+    @property
+    def pretrain_grid(self) -> Tuple[int, int]:
+        """The patch grid of ``img_size``: ``pos_embed``'s and RoPE's ``n_pt``."""
+        return (self.img_size[0] // self.patch_size, self.img_size[1] // self.patch_size)
+
+    @property
+    def grad_checkpointing(self) -> bool:
+        return self.config.with_cp
+
+    @grad_checkpointing.setter
+    def grad_checkpointing(self, enable: bool) -> None:
+        self.config = dataclasses.replace(self.config, with_cp=bool(enable))
 
     def switches(self) -> Dict[str, object]:
         """The ablation switches set away from the released model, e.g. ``{'qk_norm': False}``."""
@@ -156,7 +166,7 @@ class ViT5(ViT5TimmApi, BaseModule):
         if isinstance(self.init_cfg, dict) and self.init_cfg.get('type') == 'Pretrained':
             # what the checkpoint does not cover (an ablation's extra biases or registers)
             # starts from the from-scratch initialisation
-            self._init_from_scratch()
+            self.init_from_scratch()
             self.load_pretrained(self.init_cfg['checkpoint'],
                                  checkpoint_key=self.init_cfg.get('checkpoint_key'),
                                  prefix=self.init_cfg.get('prefix'))
@@ -164,9 +174,11 @@ class ViT5(ViT5TimmApi, BaseModule):
             return
         super().init_weights()
         if self.init_cfg is None:
-            self._init_from_scratch()
+            self.init_from_scratch()
 
-    def _init_from_scratch(self) -> None:
+    def init_from_scratch(self) -> None:
+        """The initialisation of a model trained from scratch (truncated normal tokens and
+        linear layers, as the reference), without mmengine's logging."""
         for token in (self.pos_embed, self.cls_token, self.reg_token):
             if token is not None:
                 trunc_normal_(token, std=0.02)
@@ -268,10 +280,11 @@ class ViT5(ViT5TimmApi, BaseModule):
             raise ValueError('ViT5 input contains NaN or inf (check_finite=True); check the '
                              'data pipeline / normalisation')
 
-    def _start(self, x: torch.Tensor, with_registers: bool = True
+    def prepare_tokens(self, x: torch.Tensor, with_registers: bool = True
                ) -> Tuple[torch.Tensor, Tuple[int, int], ExecutionPlan]:
-        """What every forward starts with: the input checked, this forward's plan, the
-        tokens and their grid."""
+        """What every forward starts with: the input checked, this forward's plan
+        (:meth:`plan`), the tokens ``[cls, patches, registers]`` (B, T, C) and their patch
+        grid; returns (tokens, grid, plan), which :meth:`run_blocks` takes."""
         self._check_input(x)
         plan = self.plan(x)
         return (*self.tokens(x, plan, with_registers), plan)
@@ -309,8 +322,8 @@ class ViT5(ViT5TimmApi, BaseModule):
             dict: ``cls_token`` (B, C), ``patch_tokens`` (B, H * W, C), ``reg_tokens``
             (B, R, C) (R = 0 without registers) and ``grid`` (H, W).
         """
-        x, grid, plan = self._start(x, with_registers)
-        x = self._run_blocks(x, grid, [self.depth - 1], plan,
+        x, grid, plan = self.prepare_tokens(x, with_registers)
+        x = self.run_blocks(x, grid, [self.depth - 1], plan,
                              num_registers=self.num_registers if with_registers else 0)
         x = x[self.depth - 1]
         num_patches = grid[0] * grid[1]
@@ -323,11 +336,11 @@ class ViT5(ViT5TimmApi, BaseModule):
         one tensor, timm's classifier output."""
         if self.out_type == 'head':
             return self.forward_head(self.forward_features(x))
-        x, grid, plan = self._start(x)
-        outs = self._run_blocks(x, grid, self.out_indices, plan)
+        x, grid, plan = self.prepare_tokens(x)
+        outs = self.run_blocks(x, grid, self.out_indices, plan)
         return tuple(self._format_output(outs[i], grid) for i in self.out_indices)
 
-    def _run_blocks(self, x: torch.Tensor, grid: Tuple[int, int], indices: Sequence[int],
+    def run_blocks(self, x: torch.Tensor, grid: Tuple[int, int], indices: Sequence[int],
                     plan: ExecutionPlan, final_norm: bool = True,
                     num_registers: Optional[int] = None) -> Dict[int, torch.Tensor]:
         """The one block loop of the model (``forward``, ``forward_features``,
@@ -368,65 +381,8 @@ class ViT5(ViT5TimmApi, BaseModule):
                 outs[i] = permute_tokens(x, None if windows is None else windows.inverse)
         return outs
 
-    def forward_intermediates(self, x: torch.Tensor,
-                              indices: Optional[Union[int, Sequence[int]]] = None,
-                              norm: bool = False, output_fmt: str = 'NCHW',
-                              intermediates_only: bool = False
-                              ) -> Union[List[torch.Tensor],
-                                         Tuple[torch.Tensor, List[torch.Tensor]]]:
-        """timm's feature API: the outputs of several blocks, for use outside OpenMMLab.
-
-        Semantics of timm's ``VisionTransformer.forward_intermediates``: intermediates are the
-        blocks' raw outputs (the final norm only with ``norm=True``), in block order, with the
-        class token and registers stripped.
-
-        Args:
-            x (Tensor): Images (B, in_channels, H, W).
-            indices (int | Sequence[int], optional): None takes every block; an int ``n`` the
-                last ``n`` blocks; a sequence those blocks (negative values count from the end).
-            norm (bool): Apply the final norm to every intermediate.
-            output_fmt (str): ``'NCHW'`` maps (B, C, H / 16, W / 16) or ``'NLC'`` tokens
-                (B, H / 16 * W / 16, C).
-            intermediates_only (bool): Return only the intermediates (and run no block after
-                the last one taken).
-
-        Returns:
-            list[Tensor] | tuple[Tensor, list[Tensor]]: The intermediates, or the final
-            normed tokens ``[cls, patches, registers]`` (B, T, C) and the intermediates.
-        """
-        if output_fmt not in ('NCHW', 'NLC'):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
-        take = sorted(set(self._take_indices(indices)))
-        tokens, grid, plan = self._start(x)
-        last = self.depth - 1
-        outs = self._run_blocks(tokens, grid, take if intermediates_only else [*take, last],
-                                plan, final_norm=False)
-        intermediates = []
-        for i in take:
-            patches = outs[i][:, 1:1 + grid[0] * grid[1]]  # registers come last
-            if norm:
-                patches = self._final_norm(patches, plan)
-            if output_fmt == 'NCHW':
-                patches = patches.transpose(1, 2).reshape(
-                    patches.shape[0], self.embed_dim, *grid).contiguous()
-            intermediates.append(patches)
-        if intermediates_only:
-            return intermediates
-        return self._final_norm(outs[last], plan), intermediates
-
     def _final_norm(self, x: torch.Tensor, plan: ExecutionPlan) -> torch.Tensor:
         return self.norm(x, plan=plan) if self.config.final_norm else x
-
-    def _take_indices(self, indices: Optional[Union[int, Sequence[int]]]) -> List[int]:
-        """timm's ``feature_take_indices``: None -> all blocks, int n -> the last n blocks."""
-        if indices is None:
-            return list(range(self.depth))
-        if isinstance(indices, int):
-            if not 0 < indices <= self.depth:
-                raise ValueError(f'indices={indices} asks for the last {indices} blocks; an int '
-                                 f'must be in 1..{self.depth} (pass [{indices}] for one block)')
-            return list(range(self.depth - indices, self.depth))
-        return normalize_indices(indices, self.depth, 'indices')
 
     def _format_output(self, x: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
         if self.out_type == 'raw':

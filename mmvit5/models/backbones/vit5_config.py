@@ -7,13 +7,14 @@ as ``dict(type='ViT5', arch='base', ...)``), :meth:`ViT5Config.switches` and
 :data:`RELEASED_SWITCHES` read the switches off the fields. A new option is one more field, a
 line in the docstring and, where it has a range, a line in :meth:`~ViT5Config.check`.
 """
+import dataclasses
 import difflib
 import numbers
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Sequence, Union
 
-from ...utils.checks import check_number
+from ...checks import check_number
 from ..layers.norm import TOKEN_NORMS
 from ..layers.plan import ATTN_IMPLS
 from ..layers.rope import ROPE_MODES
@@ -26,11 +27,23 @@ ARCH_ZOO = {
 }
 OUT_TYPES = ('featmap', 'raw', 'cls_token', 'avg_featmap', 'head')
 DROP_PATH_SCHEDULES = ('uniform', 'linear')
-# 'fairscale' is accepted with a FutureWarning and runs torch's checkpoint (ViT5Config.check)
+# deprecated: any value warns, and torch's checkpoint runs (ViT5Config.check)
 CP_IMPLS = ('torch', 'fairscale')
 # what the classifier reads: 'token' the class token (released); 'avg' the mean of the patch
 # tokens (registers and class token left out); '' every token, unpooled
 GLOBAL_POOLS = ('token', 'avg', '')
+
+
+def config_field(name: str) -> property:
+    """A model attribute that is the field ``name`` of the model's ``config``: read from it,
+    and set by making a new config (checked and resolved as the first was). A plain property,
+    which torch.compile and torch.export trace like any other."""
+
+    def set_field(model, value) -> None:
+        model.config = dataclasses.replace(model.config, **{name: value})
+
+    return property(lambda model: getattr(model.config, name), set_field,
+                    doc=f'``config.{name}`` (:class:`ViT5Config`).')
 
 
 def switch(released):
@@ -40,7 +53,11 @@ def switch(released):
 
 @dataclass(frozen=True)
 class ViT5Config:
-    """The options of :class:`~mmvit5.models.ViT5`, checked when made.
+    """The options of :class:`~mmvit5.models.ViT5`, checked and resolved when made: the
+    model's state. ``img_size`` becomes a (height, width) pair, ``out_indices`` a tuple of
+    non-negative block indices, ``global_attn_indices`` the tuple of the global blocks (every
+    block when no block is windowed, and then ``window_size`` is 0). A model attribute of the
+    same name reads the field (and setting it makes a new, checked config).
 
     Args:
         arch (str | dict): ``'small'``, ``'base'``, ``'large'``, ``'xlarge'`` (or ``s``, ``b``,
@@ -95,10 +112,11 @@ class ViT5Config:
             ``cls_token`` and ``reg_token``; k > 0 also blocks ``0 .. k - 1`` (and the final
             norm once every block is frozen).
         with_cp (bool): Activation checkpointing of each block in training (non-reentrant
-            ``torch.utils.checkpoint``): the model's ``grad_checkpointing`` starts from it.
-        cp_impl (str): ``'torch'``. ``'fairscale'`` (the earlier default) is deprecated:
-            fairscale is no longer a dependency, and torch's checkpoint runs instead, with a
-            ``FutureWarning``.
+            ``torch.utils.checkpoint``); timm's ``set_grad_checkpointing`` and the model's
+            ``grad_checkpointing`` set and read this field.
+        cp_impl (str, optional): Deprecated, removed in the next release: torch's
+            non-reentrant checkpoint is the only implementation, and any value (``'torch'``,
+            or ``'fairscale'``, which runs torch's) warns with a ``FutureWarning``.
         check_finite (bool): Raise on NaN/inf inputs (one reduction per forward).
         compile_blocks (bool): ``torch.compile`` each block in place (regional compilation:
             identical blocks share one compiled graph, state-dict keys unchanged). Inductor
@@ -139,7 +157,7 @@ class ViT5Config:
     global_attn_indices: Optional[Sequence[int]] = None
     frozen_stages: int = -1
     with_cp: bool = False
-    cp_impl: str = 'torch'
+    cp_impl: Optional[str] = None
     check_finite: bool = False
     compile_blocks: bool = False
     num_classes: int = 0
@@ -160,6 +178,25 @@ class ViT5Config:
 
     def __post_init__(self) -> None:
         self.check()
+        depth = self.arch_settings['depth']
+        sides = (self.img_size, ) * 2 if isinstance(self.img_size, numbers.Real) \
+            else self.img_size
+        global_blocks = tuple(range(depth))
+        if self.window_size:
+            if self.global_attn_indices is None:  # 4 evenly spaced, ending at the last block
+                global_blocks = tuple(sorted({depth * (i + 1) // 4 - 1 for i in range(4)} -
+                                             {-1}))  # fewer than 4 blocks: no block -1
+            else:
+                global_blocks = tuple(sorted(set(normalize_indices(
+                    self.global_attn_indices, depth, 'global_attn_indices')))) \
+                    if self.global_attn_indices else ()
+        resolved = dict(img_size=tuple(int(side) for side in sides),
+                        out_indices=tuple(normalize_indices(self.out_indices, depth)),
+                        global_attn_indices=global_blocks,
+                        window_size=self.window_size if len(global_blocks) < depth else 0,
+                        cp_impl=None)  # warned once, in check()
+        for name, value in resolved.items():  # a frozen dataclass: set once, here
+            object.__setattr__(self, name, value)
 
     @property
     def arch_settings(self) -> Dict[str, Union[int, float]]:
@@ -225,22 +262,21 @@ class ViT5Config:
                      hint=f'-1 trains everything, {depth} freezes every block')
         for name, allowed in (('out_type', OUT_TYPES), ('rope_mode', ROPE_MODES),
                               ('drop_path_schedule', DROP_PATH_SCHEDULES),
-                              ('cp_impl', CP_IMPLS), ('attn_impl', ATTN_IMPLS)):
+                              ('attn_impl', ATTN_IMPLS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f'{name} must be one of {allowed}, got {getattr(self, name)!r}')
         if self.norm not in TOKEN_NORMS:
             raise ValueError(f"norm must be one of {tuple(TOKEN_NORMS)} ('rms' is ViT-5's "
                              f"RMSNorm, 'ln' LayerNorm with bias), got {self.norm!r}")
         check_head(self.num_classes, self.global_pool)
-        normalize_indices(self.out_indices, depth)
-        if self.window_size and self.global_attn_indices:
-            normalize_indices(self.global_attn_indices, depth, 'global_attn_indices')
-        if self.cp_impl == 'fairscale':
-            warnings.warn("ViT5: cp_impl='fairscale' is deprecated and runs torch's "
-                          'non-reentrant checkpoint (the same blocks recomputed, the same '
-                          'memory): fairscale is unmaintained and no longer a dependency. '
-                          "Drop cp_impl (or set cp_impl='torch').", FutureWarning,
-                          stacklevel=2)
+        if self.cp_impl is not None:
+            if self.cp_impl not in CP_IMPLS:
+                raise ValueError(f'cp_impl must be one of {CP_IMPLS}, got {self.cp_impl!r}; '
+                                 'better, drop it (deprecated)')
+            warnings.warn(f"ViT5: cp_impl={self.cp_impl!r} is deprecated and will be removed "
+                          "in the next release: with_cp=True runs torch's non-reentrant "
+                          'checkpoint, the only implementation (fairscale is unmaintained and '
+                          'no longer a dependency). Drop cp_impl.', FutureWarning, stacklevel=2)
 
     @classmethod
     def default(cls, name: str):

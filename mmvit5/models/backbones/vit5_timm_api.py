@@ -1,6 +1,7 @@
-"""timm's model API on :class:`~mmvit5.models.ViT5`: the classifier (the class token, as
-released), ``forward_features`` / ``forward_head``, activation checkpointing, parameter groups
-for layer decay, and pruning for ``features_only``.
+"""timm's model API on :class:`~mmvit5.models.ViT5`, in one place: the classifier (the class
+token, as released), ``forward_features`` / ``forward_head``, the feature API
+(``forward_intermediates``), activation checkpointing (``with_cp``), parameter groups for layer
+decay, and pruning for ``features_only``. It runs the model through its public methods.
 
 What ``timm.create_model`` builds (:mod:`mmvit5.timm`) is a ViT5 with ``out_type='head'``; with
 the default ``num_classes=0`` a ViT5 has no head and no ``head.*`` keys, so the mmdet and mmseg
@@ -8,17 +9,17 @@ backbones are unchanged. Method names and semantics follow timm's ``VisionTransf
 ``Eva``.
 """
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Set, Union
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
 
-from .vit5_config import check_head
+from .vit5_config import normalize_indices
 
 
 class ViT5TimmApi:
-    """Mixed into ViT5; relies on its ``config``, ``embed_dim``, ``depth``, ``num_registers``,
-    ``blocks``, ``norm``, ``_start``, ``_run_blocks`` and ``_take_indices``."""
+    """Mixed into ViT5; relies on its public ``config``, ``embed_dim``, ``depth``,
+    ``num_registers``, ``blocks``, ``norm``, ``prepare_tokens`` and ``run_blocks``."""
 
     @property
     def num_features(self) -> int:
@@ -44,8 +45,8 @@ class ViT5TimmApi:
         Returns:
             Tensor: ``[cls, patches, registers]`` (B, 1 + H / 16 * W / 16 + R, C).
         """
-        tokens, grid, plan = self._start(x)
-        return self._run_blocks(tokens, grid, [self.depth - 1], plan)[self.depth - 1]
+        tokens, grid, plan = self.prepare_tokens(x)
+        return self.run_blocks(tokens, grid, [self.depth - 1], plan)[self.depth - 1]
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool ``forward_features``' tokens by ``global_pool``, then classify.
@@ -64,6 +65,64 @@ class ViT5TimmApi:
             x = x[:, 1:x.shape[1] - self.num_registers].mean(dim=1)  # registers come last
         return x if pre_logits else self.head(x)
 
+    def forward_intermediates(self, x: torch.Tensor,
+                              indices: Optional[Union[int, Sequence[int]]] = None,
+                              norm: bool = False, output_fmt: str = 'NCHW',
+                              intermediates_only: bool = False
+                              ) -> Union[List[torch.Tensor],
+                                         Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """timm's feature API: the outputs of several blocks, for use outside OpenMMLab.
+
+        Semantics of timm's ``VisionTransformer.forward_intermediates``: intermediates are the
+        blocks' raw outputs (the final norm only with ``norm=True``), in block order, with the
+        class token and registers stripped.
+
+        Args:
+            x (Tensor): Images (B, in_channels, H, W).
+            indices (int | Sequence[int], optional): None takes every block; an int ``n`` the
+                last ``n`` blocks; a sequence those blocks (negative values count from the end).
+            norm (bool): Apply the final norm to every intermediate.
+            output_fmt (str): ``'NCHW'`` maps (B, C, H / 16, W / 16) or ``'NLC'`` tokens
+                (B, H / 16 * W / 16, C).
+            intermediates_only (bool): Return only the intermediates (and run no block after
+                the last one taken).
+
+        Returns:
+            list[Tensor] | tuple[Tensor, list[Tensor]]: The intermediates, or the final
+            normed tokens ``[cls, patches, registers]`` (B, T, C) and the intermediates.
+        """
+        if output_fmt not in ('NCHW', 'NLC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        take = sorted(set(self.take_indices(indices)))
+        tokens, grid, plan = self.prepare_tokens(x)
+        last = self.depth - 1
+        outs = self.run_blocks(tokens, grid, take if intermediates_only else [*take, last],
+                                plan, final_norm=False)
+        intermediates = []
+        for i in take:
+            patches = outs[i][:, 1:1 + grid[0] * grid[1]]  # registers come last
+            if norm and self.config.final_norm:
+                patches = self.norm(patches, plan=plan)
+            if output_fmt == 'NCHW':
+                patches = patches.transpose(1, 2).reshape(
+                    patches.shape[0], self.embed_dim, *grid).contiguous()
+            intermediates.append(patches)
+        if intermediates_only:
+            return intermediates
+        final = self.norm(outs[last], plan=plan) if self.config.final_norm else outs[last]
+        return final, intermediates
+
+    def take_indices(self, indices: Optional[Union[int, Sequence[int]]]) -> List[int]:
+        """timm's ``feature_take_indices``: None -> all blocks, int n -> the last n blocks."""
+        if indices is None:
+            return list(range(self.depth))
+        if isinstance(indices, int):
+            if not 0 < indices <= self.depth:
+                raise ValueError(f'indices={indices} asks for the last {indices} blocks; an int '
+                                 f'must be in 1..{self.depth} (pass [{indices}] for one block)')
+            return list(range(self.depth - indices, self.depth))
+        return normalize_indices(indices, self.depth, 'indices')
+
     def get_classifier(self) -> nn.Module:
         return self.head
 
@@ -75,17 +134,16 @@ class ViT5TimmApi:
             global_pool (str, optional): ``'token'`` (class token, as released), ``'avg'``
                 (mean of the patch tokens) or ``''`` (no pooling); None keeps the current one.
         """
-        check_head(num_classes, global_pool)
-        if global_pool is not None:
-            self.global_pool = global_pool
-        self.num_classes = num_classes
+        self.config = dataclasses.replace(
+            self.config, num_classes=num_classes,
+            global_pool=self.config.global_pool if global_pool is None else global_pool)
         self.head = nn.Linear(self.embed_dim, num_classes, device=self.cls_token.device,
                               dtype=self.cls_token.dtype) if num_classes else nn.Identity()
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
-        """Activation checkpointing of every block in training (``with_cp``), through torch's
-        non-reentrant checkpoint; the next forward's plan reads it."""
-        self.grad_checkpointing = enable
+        """Activation checkpointing of every block in training: sets ``config.with_cp``
+        (torch's non-reentrant checkpoint); the next forward's plan reads it."""
+        self.config = dataclasses.replace(self.config, with_cp=bool(enable))
 
     def group_matcher(self, coarse: bool = False) -> Dict[str, object]:
         """Parameter groups for timm's layer decay, as timm's ``VisionTransformer`` makes them:
@@ -113,13 +171,20 @@ class ViT5TimmApi:
         Returns:
             list[int]: The indices, non-negative, to pass to :meth:`forward_intermediates`.
         """
-        take = self._take_indices(indices)
-        self.blocks = self.blocks[:max(take) + 1]
-        self.depth = len(self.blocks)
-        self.feature_info = self.feature_info[:self.depth]
+        take = self.take_indices(indices)
+        depth = max(take) + 1
+        self.blocks = self.blocks[:depth]
+        self.feature_info = self.feature_info[:depth]
+        # the config describes the pruned model: its depth, and the indices within it
+        cfg = self.config
+        kept_out = tuple(i for i in cfg.out_indices if i < depth) or (depth - 1, )
+        self.config = dataclasses.replace(
+            cfg, arch=dict(cfg.arch_settings, depth=depth), out_indices=kept_out,
+            global_attn_indices=tuple(i for i in cfg.global_attn_indices if i < depth),
+            frozen_stages=min(cfg.frozen_stages, depth), final_norm=cfg.final_norm and not
+            prune_norm)
         if prune_norm:  # as if built with final_norm=False
             self.norm = nn.Identity()
-            self.config = dataclasses.replace(self.config, final_norm=False)
         if prune_head:
             self.reset_classifier(0, '')
         return take

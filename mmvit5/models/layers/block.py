@@ -5,13 +5,33 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torchvision.ops import StochasticDepth
 
 from .attention import Attention
 from .kernels.layer_scale import scaled_linear
 from .norm import token_norm
 from .plan import ExecutionPlan
 from .windows import WindowLayout
+
+
+class DropPath(nn.Module):
+    """Stochastic depth per sample (timm's ``DropPath``, torchvision's ``StochasticDepth`` in
+    ``'row'`` mode, the same random draws): in training, each sample's branch is zeroed with
+    probability ``p`` and the kept ones are scaled by ``1 / (1 - p)``. Written here because
+    ``torchvision.ops`` would import torchvision's models and datasets with ``import mmvit5``."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        survival = 1.0 - self.p
+        keep = x.new_empty((x.shape[0], ) + (1, ) * (x.ndim - 1)).bernoulli_(survival)
+        return x * keep.div_(survival) if survival > 0.0 else x * keep
+
+    def extra_repr(self) -> str:
+        return f'p={self.p}'
 
 
 class Mlp(nn.Module):
@@ -68,7 +88,7 @@ class Block(nn.Module):
         else:
             self.gamma_1 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
             self.gamma_2 = nn.Parameter(torch.full((dim, ), float(layer_scale_init_value)))
-        self.drop_path = StochasticDepth(drop_path, 'row') if drop_path > 0 else nn.Identity()
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor, rope: Optional[torch.Tensor],
                 windows: Optional[WindowLayout] = None, *,

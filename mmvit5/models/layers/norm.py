@@ -79,8 +79,6 @@ TOKEN_NORMS = {'rms': RMSNorm, 'ln': LayerNorm}
 
 
 def token_norm(norm: str) -> Callable[[int], nn.Module]:
-    """The norm layer class (``dim -> module``) named by ``norm`` (``'rms'`` | ``'ln'``)."""
-    if norm not in TOKEN_NORMS:
-        raise ValueError(f"norm must be one of {tuple(TOKEN_NORMS)} ('rms' is ViT-5's RMSNorm, "
-                         f"'ln' LayerNorm with bias), got {norm!r}")
+    """The norm layer class (``dim -> module``) named by ``norm`` (``'rms'`` | ``'ln'``; a
+    ViT5's is checked by :class:`.ViT5Config`)."""
     return TOKEN_NORMS[norm]

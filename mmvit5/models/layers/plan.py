@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from .kernels.dispatch import triton_enabled
+from .kernels.dispatch import compute_dtype, triton_enabled  # noqa: F401  compute_dtype: the layers'
 
 # the attention kernel: 'auto' (SDPA; windows batched by size), 'sdpa', 'flex' (windowed
 # blocks through flex_attention; global blocks stay SDPA) or 'math'
@@ -37,12 +37,6 @@ def execution_mode() -> ExecutionMode:
     if torch.compiler.is_compiling():
         return ExecutionMode.COMPILING
     return ExecutionMode.EAGER
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Where statistics are computed: float32 for half precision and float32 (as released),
-    float64 stays float64."""
-    return torch.promote_types(dtype, torch.float32)
 
 
 def autocast_dtype(device_type: str) -> Optional[torch.dtype]:
@@ -80,9 +74,9 @@ class ExecutionPlan(NamedTuple):
     attention: str
     #: Gradients are on.
     grad: bool
-    #: Activation checkpointing of the blocks this forward: ``'torch'`` (non-reentrant
-    #: ``torch.utils.checkpoint`` around each block, the one mechanism), None without.
-    checkpoint: Optional[str]
+    #: Activation checkpointing of the blocks this forward (non-reentrant
+    #: ``torch.utils.checkpoint`` around each block, the one mechanism).
+    checkpoint: bool
     #: The blocks run as compiled graphs.
     compile_blocks: bool
 
@@ -112,7 +106,7 @@ class ExecutionPlan(NamedTuple):
         attention runs ``kernel`` (None: global). Not under checkpointing, which recomputes
         everything, nor around the compiled flex_attention, whose graph keeps what it
         chooses."""
-        return self.autograd_functions and self.checkpoint is None and kernel != 'flex'
+        return self.autograd_functions and not self.checkpoint and kernel != 'flex'
 
     def __str__(self) -> str:
         dtype = 'float32 (no autocast)' if self.autocast is None else \
@@ -121,7 +115,7 @@ class ExecutionPlan(NamedTuple):
                 f'fused ops: {"Triton" if self.triton else "PyTorch"}, '
                 f'attention: {self.attention}, windows: {self.window_kernel}, '
                 f'gradients: {"on" if self.grad else "off"}, '
-                f'checkpoint: {self.checkpoint or "off"}, '
+                f'checkpoint: {"on" if self.checkpoint else "off"}, '
                 f'compiled blocks: {"on" if self.compile_blocks else "off"}')
 
 
@@ -131,12 +125,10 @@ def make_plan(x: torch.Tensor, attn_impl: str = 'auto', checkpoint: bool = False
 
     Args:
         x (Tensor): The input (its device decides the kernels).
-        attn_impl (str): One of :data:`ATTN_IMPLS`.
+        attn_impl (str): One of :data:`ATTN_IMPLS` (checked by :class:`.ViT5Config`).
         checkpoint (bool): Checkpoint the blocks' activations where gradients are on.
         compile_blocks (bool): Whether the blocks are compiled.
     """
-    if attn_impl not in ATTN_IMPLS:
-        raise ValueError(f'attn_impl must be one of {ATTN_IMPLS}, got {attn_impl!r}')
     mode = execution_mode()
     grad = torch.is_grad_enabled()
     device = x.device.type
@@ -148,4 +140,4 @@ def make_plan(x: torch.Tensor, attn_impl: str = 'auto', checkpoint: bool = False
         device=device, mode=mode, autocast=autocast_dtype(device),
         triton=triton_enabled(x) and mode is not ExecutionMode.EXPORTING,
         window_kernel=kernel, attention='math' if attn_impl == 'math' else 'sdpa', grad=grad,
-        checkpoint='torch' if checkpoint and grad else None, compile_blocks=compile_blocks)
+        checkpoint=checkpoint and grad, compile_blocks=compile_blocks)

@@ -9,7 +9,7 @@ from mmcv.cnn import ConvModule, build_norm_layer
 from mmengine.model import BaseModule
 from mmengine.registry import MODELS
 
-from ...utils.checks import check_number
+from ...checks import check_number
 from ..layers import norm  # noqa: F401  registers LN2d for norm_cfg
 
 

@@ -7,7 +7,8 @@ fallback, and what the kernels are tested against), its autograd Function and it
 - RMSNorm: :func:`.rms_norm.apply_rms_norm`
 - LayerScale: :func:`.layer_scale.scaled_linear`
 """
-# only the switch here: the op modules import ..plan, which imports the switch
+# only the switch here: the layers' plan imports it, and the op modules import the layers'
+# blocks of code that use them
 from .dispatch import HAS_TRITON, reset_triton_failure, run_kernel, triton_enabled, triton_failure
 
 __all__ = ['HAS_TRITON', 'reset_triton_failure', 'run_kernel', 'triton_enabled',

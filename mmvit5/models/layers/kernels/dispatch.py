@@ -30,6 +30,12 @@ else:
     INTERPRET = False
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Where statistics are computed: float32 for half precision and float32 (as released),
+    float64 stays float64."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def triton_enabled(t: torch.Tensor) -> bool:
     """Whether the fused ops run their Triton kernels for tensors like ``t``.
 

@@ -2,14 +2,16 @@
 residual branch. Its PyTorch path (:func:`layer_scale_grads`), the autograd Function that keeps
 only ``x``, and the Triton kernel of its backward where the plan runs it
 (:mod:`.layer_scale_triton`)."""
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..plan import ExecutionPlan
 from .dispatch import HAS_TRITON, run_kernel
+
+if TYPE_CHECKING:  # a plan is passed in; the kernels import nothing of the layers above them
+    from ..plan import ExecutionPlan
 
 if HAS_TRITON:
     from . import layer_scale_triton
@@ -23,7 +25,7 @@ def _scaled_forward(x: torch.Tensor, linear: nn.Linear, scale: torch.Tensor,
     return linear(x) * scale
 
 
-def _fold(x: torch.Tensor, linear: nn.Linear, plan: ExecutionPlan) -> bool:
+def _fold(x: torch.Tensor, linear: nn.Linear, plan: 'ExecutionPlan') -> bool:
     """Whether the forward folds the scale into the weight and bias. Exports fold (one
     matmul node). On the GPU path (``plan.triton``) the output is scaled: one elementwise
     kernel, where the fold launches two. Elsewhere the fold runs where the output
@@ -61,7 +63,7 @@ class _ScaledLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                scale: torch.Tensor, linear: nn.Linear, plan: ExecutionPlan) -> torch.Tensor:
+                scale: torch.Tensor, linear: nn.Linear, plan: 'ExecutionPlan') -> torch.Tensor:
         ctx.use_triton = plan.triton
         out = _scaled_forward(x, linear, scale, _fold(x, linear, plan))
         # the dtype the matmuls ran in (autocast's, if on): backward repeats them in it, and
@@ -99,7 +101,7 @@ class _ScaledLinear(torch.autograd.Function):
 
 
 def scaled_linear(x: torch.Tensor, linear: nn.Linear, scale: Optional[torch.Tensor], *,
-                  plan: ExecutionPlan) -> torch.Tensor:
+                  plan: 'ExecutionPlan') -> torch.Tensor:
     """``scale * linear(x)``: LayerScale folded into the branch's output layer.
 
     Training (eager, gradients on) keeps only ``x`` for backward, as ``linear`` alone does

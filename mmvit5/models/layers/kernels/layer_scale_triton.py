@@ -68,7 +68,7 @@ def layer_scale_grads(outer: torch.Tensor, weight: torch.Tensor, scale: torch.Te
     grad_b = scale.new_empty(0) if bias is None else torch.empty_like(bias)
     block_o = 16
     # a 16 x 256 tile at 4 warps spills registers on sm_90 with half-precision A
-    # (tools/compile_kernels.py); at 8 warps none do
+    # (python -m benchmarks.kernel_compile); at 8 warps none do
     wrap_triton(_layer_scale_grads_kernel)[(triton.cdiv(n_out, block_o), )](
         outer, weight, scale, outer if summed is None else summed,
         weight if bias is None else bias, grad_w, grad_s, grad_b,

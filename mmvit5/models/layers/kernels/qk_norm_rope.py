@@ -36,10 +36,9 @@ from typing import Optional, Tuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from ..plan import compute_dtype
-from ..rope import apply_rope
-from .dispatch import HAS_TRITON, run_kernel
+from .dispatch import HAS_TRITON, compute_dtype, run_kernel
 from .rms_norm import rms_norm, rms_norm_backward
+from .rotate import apply_rope
 
 if HAS_TRITON:
     from . import qk_norm_rope_triton

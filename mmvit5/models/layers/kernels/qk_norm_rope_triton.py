@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from ..plan import compute_dtype
+from .dispatch import compute_dtype
 from .triton_helpers import INTERPRET, cast, norm_rope_rows, norm_rope_rows_backward, row_blocks
 
 

@@ -3,12 +3,14 @@ Function that keeps only the input and 1/rms, and the Triton kernels where the p
 (:mod:`.rms_norm_triton`). :class:`..norm.RMSNorm` is the module; QK-Norm + RoPE
 (:mod:`.qk_norm_rope`) reuses the formula.
 """
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import torch
 
-from ..plan import ExecutionPlan, compute_dtype
-from .dispatch import HAS_TRITON, run_kernel
+from .dispatch import HAS_TRITON, compute_dtype, run_kernel
+
+if TYPE_CHECKING:  # a plan is passed in; the kernels import nothing of the layers above them
+    from ..plan import ExecutionPlan
 
 if HAS_TRITON:
     from . import rms_norm_triton
@@ -107,7 +109,7 @@ class _RMSNormFunction(torch.autograd.Function):
             None, None, None, None
 
 
-def apply_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, plan: ExecutionPlan,
+def apply_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, plan: 'ExecutionPlan',
                    out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """RMSNorm of ``x`` (..., C) as ``plan`` runs it (Triton or the PyTorch path; the composite
     formula in exported graphs), through :class:`_RMSNormFunction`; ``out_dtype`` as in

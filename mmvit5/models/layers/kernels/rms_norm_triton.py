@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from ..plan import compute_dtype
+from .dispatch import compute_dtype
 from .triton_helpers import INTERPRET, norm_rope_rows, norm_rope_rows_backward, row_blocks
 
 # backward programs: each loops over its share of the rows and writes one weight-gradient

@@ -2,7 +2,7 @@
 # Install the Debian packages of the single-node SLURM cluster that tests/test_cluster.py starts
 # (slurmctld, slurmd, slurm-client, munge). A no-op when they are there; never fails the caller:
 # without apt or root the cluster tests skip and say why.
-#   bash tools/install_slurm.sh
+#   bash tools/dev/install_slurm.sh
 say() { printf '[install_slurm] %s\n' "$*"; }
 PACKAGES=(slurmctld slurmd slurm-client munge)
 BINARIES=(slurmctld slurmd srun munged)

@@ -2,8 +2,8 @@
 # Collect, on a machine with network, the wheels that tools/gpu_check.sh installs on a CUDA
 # machine that has Python, torch and torchvision but no network and no OpenMMLab packages.
 #
-#   bash tools/make_wheels.sh [OUT=.whl] [PYTHON_VERSION=3.12]
-#   bash tools/make_wheels.sh --image     # the packages the GPU image has already, one a line
+#   bash tools/dev/make_wheels.sh [OUT=.whl] [PYTHON_VERSION=3.12]
+#   bash tools/dev/make_wheels.sh --image     # the packages the GPU image has already, one a line
 #
 # Versions are the ones installed here (the tested stack). Pure-Python packages come as
 # py3 wheels (built here from sdists where PyPI has no wheel: mmcv-lite, fvcore);
