@@ -17,7 +17,7 @@ Kinds of results files:
 * ``tools/ablation_study.py``'s ``results.json``: ``ablations``;
 * ``tools/learning_curves.py --json``: ``learning``; ``python -m benchmarks.kernel_compile --json``:
   ``kernels``; ``tools/benchmark_coco_eval.py --json``: ``coco-eval``;
-  ``tools/benchmark_data_check.py --json``: ``data-check``;
+  ``python -m benchmarks.data_check --json``: ``data-check``;
 * ``tools/benchmark.py --versus CHECKOUT --json`` output: ``versus_table`` (two checkouts'
   rows side by side: ``cpu_training/checkpointing.json``);
 * ``test_suite.json`` (``tools/run_tests.sh --record``): ``test_suite``;

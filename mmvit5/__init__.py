@@ -4,17 +4,17 @@ Importing the package (``custom_imports=dict(imports=['mmvit5'])``) registers th
 MMEngine's registries, which mmdet, mmseg and mmpretrain inherit from, and stays light (no
 mmdet, mmseg, mmpretrain, timm, onnx, matplotlib nor mmengine's runner): what belongs to a
 library is done when that library is imported. mmcv.cnn brings the neck (built on it);
-mmengine's runner brings the optimizer
-constructor, the optim wrapper and the hooks (:mod:`mmvit5.engine`); mmdet brings the COCO
-metric (:mod:`mmvit5.evaluation`); timm brings the ViT-5 models in its registry
-(:mod:`mmvit5.timm`), transformers brings ``vit5`` in AutoConfig/AutoBackbone (:mod:`mmvit5.hf`). The patches of :mod:`mmvit5.compat` are applied the same way, each only
-where the installed upstream versions have its bug: mmengine's own checkpoints loadable under
-``weights_only=True``, mmengine's package look-ups without ``pkg_resources``, crash-safe
-checkpoint writes, mmengine's distributed launcher on CPU-only machines (gloo), mmcv's RoIAlign
-on channels-last maps (``MMVIT5_DISABLE_PATCHES=name,...`` or ``all`` turns them off).
-Where mmcv has no compiled ops, its ``mmcv._ext`` is served from torchvision
-(:mod:`mmvit5.ops`); the installed ``.pth`` start-up file does the same for processes that
-never import mmvit5.
+mmengine's runner brings the optimizer constructor, the optim wrapper and the hooks
+(:mod:`mmvit5.engine`); mmdet brings the COCO metric (:mod:`mmvit5.evaluation`); timm brings
+the ViT-5 models in its registry (:mod:`mmvit5.timm`); transformers brings ``vit5`` in
+AutoConfig/AutoBackbone (:mod:`mmvit5.hf`). The patches of :mod:`mmvit5.compat` are applied
+the same way, each only where the installed upstream versions have its bug: mmengine's own
+checkpoints loadable under ``weights_only=True``, mmengine's package look-ups without
+``pkg_resources``, crash-safe checkpoint writes, mmengine's distributed launcher on CPU-only
+machines (gloo), mmcv's RoIAlign on channels-last maps (``MMVIT5_DISABLE_PATCHES=name,...`` or
+``all`` turns them off). Where mmcv has no compiled ops, its ``mmcv._ext`` is served from
+torchvision (:mod:`mmvit5.ops`); the installed ``.pth`` start-up file does the same for
+processes that never import mmvit5.
 """
 from .ops import install_hook
 

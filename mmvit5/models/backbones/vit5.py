@@ -19,7 +19,7 @@ from mmengine.registry import MODELS
 from torch.nn.init import trunc_normal_
 
 from ...checkpoint import extract_state_dict, read_checkpoint
-from ...utils.run_log import log_in_run
+from ...run_log import log_in_run
 from ..layers.block import Block, PatchEmbed
 from ..layers.norm import token_norm
 from ..layers.plan import ExecutionPlan, make_plan

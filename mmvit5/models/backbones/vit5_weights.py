@@ -11,7 +11,7 @@ import torch
 from mmengine.logging import print_log
 
 from ...checkpoint import CheckpointError, extract_state_dict
-from ...utils.run_log import log_in_run
+from ...run_log import log_in_run
 from ..layers.pos_embed import resize_pos_embed
 from . import vit5_released
 from .vit5_config import RELEASED_SWITCHES
