@@ -1,11 +1,13 @@
-"""Serve ``mmcv._ext`` from torchvision when mmcv has no compiled ops (mmvit5's default install).
+"""Serve ``mmcv._ext`` from torchvision when mmcv has no compiled ops (mmvit5's default install),
+and keep mmpretrain's models importable beside a transformers that lacks what they import.
 
 ``mmvit5-mmcv-ext.pth`` in site-packages runs :func:`install` at interpreter start, so every
 Python process of the environment (mmdet's and mmseg's own tools too, configs that never import
-mmvit5) can ``import mmcv.ops``. It imports only the standard library: torch is loaded when, and
-only if, something imports ``mmcv._ext``. The finder sits *last* on ``sys.meta_path``, after the
-path finder, so a real compiled ``mmcv/_ext*.so`` always wins. ``MMVIT5_MMCV_EXT=0`` turns it
-off for one process. Kept outside the ``mmvit5`` package, whose import loads torch and mmengine.
+mmvit5) can ``import mmcv.ops`` and ``mmdet.models``. It imports only the standard library:
+torch is loaded when, and only if, something imports ``mmcv._ext``. That finder sits *last* on
+``sys.meta_path``, after the path finder, so a real compiled ``mmcv/_ext*.so`` always wins.
+``MMVIT5_MMCV_EXT=0`` turns it off for one process. Kept outside the ``mmvit5`` package, whose
+import loads torch and mmengine.
 """
 import importlib.abc
 import importlib.util
@@ -13,6 +15,10 @@ import os
 import sys
 
 NAME = 'mmcv._ext'
+# what mmpretrain 1.2.0's multimodal models import from transformers.modeling_utils
+MULTIMODAL_NAMES = ('PreTrainedModel', 'apply_chunking_to_forward',
+                    'find_pruneable_heads_and_indices', 'prune_linear_layer')
+MULTIMODAL_PATCH = 'skip_unimportable_multimodal'  # its name in mmvit5.compat
 PTH_NAME = 'mmvit5-mmcv-ext.pth'
 # .pth lines that start with "import" are executed; this one tolerates an uninstalled mmvit5
 PTH_LINE = ("import importlib.util as u; u.find_spec('_mmvit5_hook') and "
@@ -41,12 +47,60 @@ class MMCVExtFinder(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(NAME, source) if source else None
 
 
-def install() -> None:
-    """Put the finder last on ``sys.meta_path`` (once per process)."""
-    if os.environ.get('MMVIT5_MMCV_EXT', '1') == '0':
+def skip_unimportable_multimodal() -> None:
+    """Register mmpretrain's multimodal models as its placeholders where they cannot import.
+
+    ``mmdet.models`` imports ``mmpretrain.models`` whenever mmpretrain is installed, and
+    mmpretrain <= 1.2.0 defines its multimodal models (BLIP, CLIP, ...) whenever transformers >=
+    4.28 is. They subclass ``transformers.modeling_utils.PreTrainedModel`` and import three
+    helpers beside it; transformers 5 no longer has them there, mmpretrain's fallback sets the
+    base class to None and the import raises ``TypeError: NoneType takes no arguments``. The
+    models are then registered as mmpretrain's own placeholders, as when transformers is absent.
+    Call it before ``mmpretrain.models`` is imported.
+    """
+    if importlib.util.find_spec('mmpretrain') is None or \
+            importlib.util.find_spec('transformers') is None:
         return
-    if not any(isinstance(finder, MMCVExtFinder) for finder in sys.meta_path):
+    from mmpretrain.utils import dependency
+    if not dependency.WITH_MULTIMODAL or 'mmpretrain.models' in sys.modules:
+        return
+    try:
+        from transformers import modeling_utils
+        usable = all(hasattr(modeling_utils, name) for name in MULTIMODAL_NAMES)
+    except Exception:  # noqa: BLE001 - any failure here is the failure mmpretrain would hit
+        usable = False
+    if not usable:
+        dependency.WITH_MULTIMODAL = False
+
+
+class BeforeMMPretrainModels(importlib.abc.MetaPathFinder):
+    """One-shot: runs :func:`skip_unimportable_multimodal` as ``mmpretrain.models`` is imported,
+    then lets the other finders find it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == 'mmpretrain.models':
+            sys.meta_path.remove(self)
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                old = tuple(int(p) for p in version('mmpretrain').split('.')[:3]) <= (1, 2, 0)
+            except (PackageNotFoundError, ValueError):
+                old = False
+            if old:
+                skip_unimportable_multimodal()
+        return None
+
+
+def install() -> None:
+    """Put the ``mmcv._ext`` finder last on ``sys.meta_path`` and the mmpretrain guard first
+    (once per process; ``MMVIT5_DISABLE_PATCHES=skip_unimportable_multimodal`` or ``all``
+    leaves the guard out, as it does mmvit5.compat's patch)."""
+    if os.environ.get('MMVIT5_MMCV_EXT', '1') != '0' and \
+            not any(isinstance(finder, MMCVExtFinder) for finder in sys.meta_path):
         sys.meta_path.append(MMCVExtFinder())
+    disabled = {n.strip() for n in os.environ.get('MMVIT5_DISABLE_PATCHES', '').split(',')}
+    if not disabled & {MULTIMODAL_PATCH, 'all'} and 'mmpretrain.models' not in sys.modules and \
+            not any(isinstance(finder, BeforeMMPretrainModels) for finder in sys.meta_path):
+        sys.meta_path.insert(0, BeforeMMPretrainModels())
 
 
 def mmcv_ops_backend() -> str:

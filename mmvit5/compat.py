@@ -29,6 +29,8 @@ import torch
 from mmengine.logging import HistoryBuffer, print_log
 from packaging.requirements import Requirement
 
+import _mmvit5_hook
+
 from .utils.after_import import call_after
 
 DISABLE_ENV = 'MMVIT5_DISABLE_PATCHES'
@@ -451,35 +453,11 @@ def format_config_once() -> None:
     config_module.FormatCode = format_once
 
 
-# what mmpretrain 1.2.0's multimodal models import from transformers.modeling_utils
-_MULTIMODAL_NAMES = ('PreTrainedModel', 'apply_chunking_to_forward',
-                     'find_pruneable_heads_and_indices', 'prune_linear_layer')
-
-
 @upstream_patch('mmpretrain>=1.0.0,<=1.2.0',
                 reason="mmpretrain's multimodal models import names that newer transformers "
                 'no longer has; every mmdet model build then fails', after='mmpretrain')
 def skip_unimportable_multimodal() -> None:
-    """Keep a newer transformers from breaking every mmdet model build.
-
-    ``mmdet.models`` imports ``mmpretrain.models`` whenever mmpretrain is installed, and
-    mmpretrain 1.2.0 defines its multimodal models (BLIP, CLIP, ...) whenever transformers >=
-    4.28 is. They subclass ``transformers.modeling_utils.PreTrainedModel`` and import three
-    helpers beside it; where that module no longer has them (seen on a GPU image with a recent
-    transformers), mmpretrain's fallback sets the base class to None and the import raises
-    ``TypeError: NoneType takes no arguments``. mmvit5 uses none of those models, so they are
-    then registered as mmpretrain's own placeholders, as when transformers is absent.
-    """
-    if importlib.util.find_spec('mmpretrain') is None or \
-            importlib.util.find_spec('transformers') is None:
-        return
-    from mmpretrain.utils import dependency
-    if not dependency.WITH_MULTIMODAL or 'mmpretrain.models' in sys.modules:
-        return
-    try:
-        from transformers import modeling_utils
-        usable = all(hasattr(modeling_utils, name) for name in _MULTIMODAL_NAMES)
-    except Exception:  # noqa: BLE001 - any failure here is the failure mmpretrain would hit
-        usable = False
-    if not usable:
-        dependency.WITH_MULTIMODAL = False
+    """Keep a newer transformers from breaking every mmdet model build (the start-up file's
+    guard does the same in processes that never import mmvit5:
+    :func:`_mmvit5_hook.skip_unimportable_multimodal`)."""
+    _mmvit5_hook.skip_unimportable_multimodal()

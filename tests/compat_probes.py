@@ -161,7 +161,7 @@ def skip_unimportable_multimodal(work_dir: str) -> None:
         skip('transformers is not installed: mmpretrain defines no multimodal models')
     from transformers import modeling_utils
 
-    from mmvit5.compat import _MULTIMODAL_NAMES
+    from _mmvit5_hook import MULTIMODAL_NAMES as _MULTIMODAL_NAMES
     if all(hasattr(modeling_utils, name) for name in _MULTIMODAL_NAMES):
         skip('the installed transformers still has what mmpretrain 1.2.0 imports')
     import mmdet.models  # noqa: F401
