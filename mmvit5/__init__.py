@@ -20,14 +20,18 @@ from .ops import install_hook
 
 install_hook()  # before anything imports mmcv.ops
 
-from . import checkpoint, compat  # noqa: E402
-from .models import *  # noqa: F401,F403,E402
+from . import compat  # noqa: E402
+
+with compat.transformers_optimizers_deferred():  # mmengine.model imports mmengine.optim
+    from . import checkpoint
+    from .models import *  # noqa: F401,F403
 from .utils.after_import import call_after, import_after  # noqa: E402
 from .version import __version__  # noqa: E402
 
 compat.install_patches()  # before anything imports mmdet.models or the runner's code
 import_after('mmcv.cnn', 'mmvit5.models.necks')  # what the neck is built on
 import_after('mmengine.runner', 'mmvit5.engine')
+call_after('mmengine.runner', compat.register_transformers_optimizers)
 call_after('mmengine.runner', checkpoint.register_safetensors_scheme)
 import_after('mmdet', 'mmvit5.evaluation')
 import_after('timm', 'mmvit5.timm')  # timm stays optional

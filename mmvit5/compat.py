@@ -13,6 +13,7 @@ bug may be fixed there, or the patched internals changed: check, then widen the 
 off. ``docs/en/advanced/upstream_patches.md`` lists them (:func:`markdown_table`).
 """
 import argparse
+import contextlib
 import functools
 import importlib.metadata
 import importlib.util
@@ -22,7 +23,7 @@ import pickle
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 import numpy as np
 import torch
@@ -138,6 +139,36 @@ def install_patches() -> None:
     (``import mmvit5`` calls this)."""
     for patch in PATCHES.values():
         call_after(patch.after or 'torch', functools.partial(apply_patches, [patch.name]))
+
+
+@contextlib.contextmanager
+def transformers_optimizers_deferred() -> Iterator[None]:
+    """Import mmengine's optimizers (``mmengine.model`` does) without transformers.
+
+    mmengine <= 0.10.7 imports transformers, and through it torchvision, as ``mmengine.optim``
+    is imported, only to register transformers' ``Adafactor``: about a second that a timm or
+    torch user registering ViT-5 never uses. Inside this block transformers is unimportable
+    (where nothing has imported it yet), so mmengine registers none;
+    :func:`register_transformers_optimizers` registers it when the runner is imported.
+    """
+    block = 'mmengine.optim' not in sys.modules and 'transformers' not in sys.modules
+    if block:
+        sys.modules['transformers'] = None  # an import of it raises ImportError
+    try:
+        yield
+    finally:
+        if block and sys.modules.get('transformers', 0) is None:
+            del sys.modules['transformers']
+
+
+def register_transformers_optimizers() -> None:
+    """What ``mmengine.optim`` does on import where transformers is installed: ``Adafactor`` in
+    mmengine's optimizer registry (once)."""
+    from mmengine.optim.optimizer import builder
+    if 'Adafactor' in builder.TRANSFORMERS_OPTIMIZERS or \
+            importlib.util.find_spec('transformers') is None:
+        return
+    builder.TRANSFORMERS_OPTIMIZERS.extend(builder.register_transformers_optimizers())
 
 
 def markdown_table() -> str:

@@ -1,6 +1,7 @@
 """``import mmvit5`` is light: a timm or torch user registering the backbone pays neither the
 OpenMMLab task libraries nor mmengine's runner, and what belongs to them happens when they are
 imported (mmvit5/__init__.py, :mod:`mmvit5.utils.after_import`)."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from conftest import REPO
 # stacks, mmengine's runner with mmcv's ops, which the upstream patches wait for, and
 # torchvision (its ops import its models and datasets)
 HEAVY = ('matplotlib', 'mmdet', 'mmseg', 'mmpretrain', 'onnx', 'timm', 'mmengine.runner',
-         'mmcv.ops', 'mmcv.cnn', 'torchvision')
+         'mmcv.ops', 'mmcv.cnn', 'torchvision', 'transformers')
 # what each step of a process registers, as an mmdet config's custom_imports sees it
 PROBE = '''
 import importlib, json, sys
@@ -35,6 +36,32 @@ def test_import_is_light_and_the_rest_comes_with_its_library():
     light, runner, mmdet = (json.loads(line) for line in out.stdout.splitlines()[-3:])
     assert [m for m in HEAVY if m in light['modules']] == []
     assert light['registered'] == ['ViT5']
-    assert runner['registered'] == ['ViT5', 'RNGStateHook', 'ViT5LayerDecayOptimizerConstructor']
+    # where transformers is installed, the runner imports it (mmengine registers its Adafactor),
+    # which brings mmvit5.hf and the neck that it builds on
+    with_hf = importlib.util.find_spec('transformers') is not None
+    assert runner['registered'] == ['ViT5'] + ['SimpleFeaturePyramid'] * with_hf + [
+        'RNGStateHook', 'ViT5LayerDecayOptimizerConstructor']
     assert mmdet['registered'] == ['ViT5', 'SimpleFeaturePyramid', 'RNGStateHook',
                                    'FasterCocoMetric', 'ViT5LayerDecayOptimizerConstructor']
+
+
+def test_a_look_up_before_the_import_keeps_what_waits_for_it():
+    """``importlib.util.find_spec`` (mmvit5.compat and mmengine probe packages so) finds the
+    package through the waiting finder without loading it: the registration must still come
+    with the import that follows. With transformers installed, mmengine's runner registers its
+    ``Adafactor`` as mmengine does on import, although ``import mmvit5`` kept transformers out."""
+    code = (
+        'import importlib.util, sys\n'
+        'import mmvit5\n'
+        'assert importlib.util.find_spec("timm") is not None\n'
+        'import timm\n'
+        'assert "mmvit5.timm" in sys.modules\n'
+        'assert "vit5_small_patch16_224" in timm.list_models("vit5*")\n'
+        'import mmengine.runner\n'
+        'from mmengine.registry import OPTIMIZERS\n'
+        'if importlib.util.find_spec("transformers") is not None:\n'
+        '    assert OPTIMIZERS.get("Adafactor") is not None\n'
+        '    assert "mmvit5.hf" in sys.modules\n'
+        'print("ok")\n')
+    out = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith('ok'), out.stderr[-3000:]

@@ -35,17 +35,24 @@ class _AfterImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.package:
             return None
+        # found as the other finders find it; this finder stays until the package is executed,
+        # since a look-up alone (importlib.util.find_spec) also lands here and loads nothing
+        index = sys.meta_path.index(self)
         sys.meta_path.remove(self)
-        spec = next((found for found in (finder.find_spec(fullname, path, target)
-                                         for finder in sys.meta_path
-                                         if hasattr(finder, 'find_spec')) if found), None)
+        try:
+            spec = next((found for found in (finder.find_spec(fullname, path, target)
+                                             for finder in sys.meta_path
+                                             if hasattr(finder, 'find_spec')) if found), None)
+        finally:
+            sys.meta_path.insert(index, self)
         if spec is None or spec.loader is None or not hasattr(spec.loader, 'exec_module'):
-            _PENDING.pop(self.package, None)
             return spec
         execute = spec.loader.exec_module  # a loader instance of this import only
 
         def exec_module(module):
             execute(module)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             for work in _PENDING.pop(self.package, []):
                 _run(self.package, work)
 
