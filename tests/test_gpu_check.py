@@ -69,6 +69,7 @@ def test_setup_finds_every_import_of_its_check_in_the_bundle_or_the_image():
     listed = {'torch', 'torchvision', 'mmcv-lite'}  # the image's, and the cached mmcv wheel
     for name in ('IMAGE', 'PURE', 'BINARY'):
         listed.update(re.search(rf'^{name}=\(([^)]*)\)', script, re.MULTILINE)[1].split())
+    listed.update(re.findall(r'\$here/third_party/([\w-]+)', script))  # built from the checkout
     normal = {re.sub(r'[-_.]+', '-', name).lower() for name in listed}
     providers = importlib.metadata.packages_distributions()
     modules = IMPORTS + [m for extra in DEFAULT_EXTRAS.split(',') for m in EXTRA_IMPORTS[extra]]

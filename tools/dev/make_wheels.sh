@@ -17,7 +17,7 @@ IMAGE=(numpy scipy matplotlib opencv-python-headless pillow pyyaml regex rich tq
        requests tabulate portalocker pytest markdown onnx onnxruntime onnxscript onnx-ir
        ml-dtypes huggingface-hub safetensors)
 if [[ ${1:-} == --image ]]; then printf '%s\n' "${IMAGE[@]}"; exit 0; fi
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)  # the checkout
 out=$(mkdir -p "${1:-$here/.whl}" && cd "${1:-$here/.whl}" && pwd)
 pyver=${2:-3.12}
 PY=${PYTHON:-python3}
