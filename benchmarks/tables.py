@@ -166,8 +166,9 @@ def learning(data: dict) -> str:
         metrics = ', '.join(
             f'{name} ' + ' / '.join(f'{v:.1f}' for v in values[:-1]) + f' / **{values[-1]:.1f}**'
             for name, values in found['metrics'].items())
+        chance = '-' if found['chance'] is None else f'{found["chance"]:g}'
         lines.append(f'| {found["model"]} | {found["iters"]} (batch {found["batch"]}) | '
-                     f'{metrics} | {found["chance"]:g} |')
+                     f'{metrics} | {chance} |')
     return '\n'.join(lines)
 
 

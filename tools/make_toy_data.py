@@ -79,9 +79,11 @@ def make_scene(size: Tuple[int, int], rng: np.random.Generator):
         cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1)
         if mask.sum() < 16:
             continue
-        # each class has its own hue range so colour alone is informative but noisy
-        color = np.array([(label * 85 + rng.uniform(-25, 25)) % 255, rng.uniform(150, 255),
-                          rng.uniform(120, 255)], np.float32)
+        # each class has its own hue range (HSV, hue on 0-255) so colour alone is informative
+        # but noisy
+        hsv = np.array([(label * 85 + rng.uniform(-25, 25)) % 255, rng.uniform(150, 255),
+                        rng.uniform(120, 255)], np.float32)
+        color = cv2.cvtColor(hsv.astype(np.uint8)[None, None], cv2.COLOR_HSV2BGR_FULL)[0, 0]
         image[mask > 0] = color + rng.normal(0, 10, (int(mask.sum()), 3))
         semantic[mask > 0] = label + 2
         objects.append(dict(label=label, polygon=poly, mask=mask, mask_area=int(mask.sum()),
