@@ -27,9 +27,8 @@ for name in "${models[@]}"; do config_of "$name" > /dev/null; done  # refused be
 val_every=$(( iters >= 4 ? iters / 4 : iters ))
 bash "$here/tools/install.sh"
 cd "$out"
-if [ ! -d data/toy/coco ] || [ ! -d data/toy/nyu ]; then
-  "$PY" "$here/tools/make_toy_data.py" data/toy --train 64 --val 16 --size 256
-fi
+# written again when an older generator made it (data/toy/VERSION)
+"$PY" "$here/tools/make_toy_data.py" data/toy --train 64 --val 16 --size 256 --if-stale
 # iteration, loss and ETA of each logged training iteration (the full log goes to a file);
 # a bash loop, not awk: mawk reads a pipe in blocks and would print nothing until the end
 progress() {
