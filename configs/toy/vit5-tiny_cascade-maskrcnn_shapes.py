@@ -4,7 +4,8 @@
 # (_base_/vitdet_cascade.py: IoU 0.5 / 0.6 / 0.7, class-agnostic boxes, LN2d'd 4conv1fc heads
 # and a 4-conv mask head per stage), narrowed as the Mask R-CNN toy's heads are: 64 channels,
 # a 128-wide fc, 128 sampled RoIs per stage. The recipe's heads as they are (256 channels, a
-# 1024 fc, 512 RoIs, three times) take about 30 s an iteration on 2 CPU cores; these about 1 s.
+# 1024 fc, 512 RoIs, three times) took 33.6 s an iteration on 2 CPU cores; these take 2.3x the
+# Mask R-CNN toy's step (docs/en/get_started/quickstart.md, "The toy models").
 _base_ = ['./vit5-tiny_maskrcnn_shapes.py']
 
 num_classes = 3
