@@ -245,6 +245,7 @@ TABLES: Dict[str, Table] = {
     'onnx-export': Table('transcribed/onnx_export_2026-12-04.json', transcribed),
     'onnx-latency': Table('onnx_latency.json', latency_table, settings=False),
     'learning-curves': Table('learning_curves.json', learning),
+    'learning-curves-opt-in': Table('learning_curves_opt_in.json', learning),
     'kernel-compile': Table('kernel_compile.json', kernels),
     'coco-eval': Table('coco_eval.json', speedup_table),
     'test-suite': Table('test_suite.json', test_suite, settings=False),

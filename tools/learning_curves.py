@@ -36,6 +36,7 @@ class Run(NamedTuple):
     title: str
     metrics: Dict[str, str]  # logged key: its name in the table
     chance: Optional[float]  # in the metric's unit; None: not worked out
+    scale: float = 1.0  # onto the logged value in percent (the table shows one decimal)
 
 
 RUNS = {
@@ -51,7 +52,7 @@ RUNS = {
                        'Mask2Former (instances), ViT-5 4x96',
                        {'coco/segm_mAP': 'segm mAP', 'coco/bbox_mAP': 'bbox mAP'}, 0),
     'depth': Run('configs/toy/vit5-tiny_depth_shapes.py', 'DPT depth, ViT-5 4x96',
-                 {'rmse': 'RMSE (m, lower is better)'}, None),
+                 {'rmse': 'RMSE in cm (lower is better)'}, None, scale=100.0),
 }
 
 
@@ -66,7 +67,15 @@ def val_records(work_dir: str, keys) -> list:
                               for d in os.listdir(work_dir)) if osp.isfile(f))
     with open(logs[-1]) as f:
         records = [json.loads(line) for line in f if line.strip()]
-    return [(r['step'], {k: r[k] for k in keys}) for r in records if keys[0] in r]
+    found, trained = [], 0
+    for r in records:
+        if 'iter' in r:
+            trained = r['iter']
+        elif keys[0] in r:
+            # a recipe that logs by epoch (Mask2Former's) gives its validations step 0: they
+            # follow the last logged training iteration
+            found.append((r['step'] or trained, {k: r[k] for k in keys}))
+    return found
 
 
 def percent(key: str) -> float:
@@ -84,7 +93,8 @@ def curve(name: str, work_dir: str, iters: int) -> dict:
     records = val_records(work_dir, list(spec.metrics))
     return dict(model=spec.title, iters=iters, batch=loader.batch_size, chance=spec.chance,
                 steps=[step for step, _ in records],
-                metrics={label: [round(found[key] * percent(key), 1) for _, found in records]
+                metrics={label: [round(found[key] * percent(key) * spec.scale, 1)
+                                 for _, found in records]
                          for key, label in spec.metrics.items()})
 
 
