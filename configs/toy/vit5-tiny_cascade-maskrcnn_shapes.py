@@ -14,17 +14,13 @@ num_classes = 3
 channels = 64
 stage_stds = ([0.1, 0.1, 0.2, 0.2], [0.05, 0.05, 0.1, 0.1], [0.033, 0.033, 0.067, 0.067])
 
+# the Mask R-CNN toy's RoI extractors and mask head serve every stage as they are
 model = dict(
     type='CascadeRCNN',
     roi_head=dict(
-        _delete_=True,
         type='CascadeRoIHead',
         num_stages=3,
         stage_loss_weights=[1, 0.5, 0.25],
-        bbox_roi_extractor=dict(
-            type='SingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=0),
-            out_channels=channels, featmap_strides=[4, 8, 16, 32]),
         bbox_head=[
             dict(type='Shared2FCBBoxHead', in_channels=channels, fc_out_channels=128,
                  roi_feat_size=7, num_classes=num_classes, norm_cfg=None,
@@ -34,14 +30,7 @@ model = dict(
                  loss_cls=dict(type='CrossEntropyLoss', use_sigmoid=False, loss_weight=1.0),
                  loss_bbox=dict(type='SmoothL1Loss', beta=1.0, loss_weight=1.0))
             for stds in stage_stds
-        ],
-        mask_roi_extractor=dict(
-            type='SingleRoIExtractor',
-            roi_layer=dict(type='RoIAlign', output_size=14, sampling_ratio=0),
-            out_channels=channels, featmap_strides=[4, 8, 16, 32]),
-        mask_head=dict(type='FCNMaskHead', num_convs=4, in_channels=channels,
-                       conv_out_channels=channels, num_classes=num_classes, norm_cfg=None,
-                       loss_mask=dict(type='CrossEntropyLoss', use_mask=True, loss_weight=1.0))),
+        ]),
     train_cfg=dict(rcnn=[
         dict(assigner=dict(type='MaxIoUAssigner', pos_iou_thr=iou, neg_iou_thr=iou,
                            min_pos_iou=iou, match_low_quality=False, ignore_iof_thr=-1),
