@@ -27,6 +27,10 @@ from mmvit5.utils import fit_schedule
 SWITCHES = ('use_abs_pos', 'use_rope', 'num_registers', 'qk_norm', 'layer_scale_init_value',
             'norm', 'qkv_bias')
 BASELINE = 'baseline'
+# variants that switch several ablations of configs/ablations/ at once: a plain ViT is ViT-5
+# with every addition off (LayerNorm, no registers, no RoPE, no LayerScale, no QK-Norm); it
+# keeps the absolute position embedding, a plain ViT's own
+COMBINATIONS = {'plain-vit': ('ln', 'reg0', 'no-rope', 'no-layer-scale', 'no-qk-norm')}
 
 
 def ablation_configs(config_dir: str, recipe: str) -> Dict[str, str]:
@@ -52,6 +56,16 @@ def switch_override(ablation: Config, recipe: Config, name: str = 'the ablation'
     if not override or other:
         raise ValueError(f'{name} should change only ViT5 ablation switches {SWITCHES} of its '
                          f'recipe; it changes {sorted(override)}')
+    return override
+
+
+def variant_override(name: str, available: Dict[str, str], recipe: Config) -> dict:
+    """The switches of variant ``name``: one config of ``available`` (``{variant: path}``,
+    :func:`ablation_configs`) or a :data:`COMBINATIONS` entry, the union of its configs'."""
+    override = {}
+    for part in COMBINATIONS.get(name, (name, )):
+        override.update(switch_override(Config.fromfile(available[part]), recipe,
+                                        available[part]))
     return override
 
 

@@ -172,8 +172,9 @@ def learning(data: dict) -> str:
         metrics = ', '.join(
             f'{name} ' + ' / '.join(f'{v:.1f}' for v in values[:-1]) + f' / **{values[-1]:.1f}**'
             for name, values in found['metrics'].items())
+        chance = '-' if found['chance'] is None else f'{found["chance"]:g}'
         lines.append(f'| {found["model"]} | {found["iters"]} (batch {found["batch"]}) | '
-                     f'{metrics} | {found["chance"]:g} |')
+                     f'{metrics} | {chance} |')
     return '\n'.join(lines)
 
 
@@ -241,6 +242,7 @@ TABLES: Dict[str, Table] = {
     'cpu-launches': Table('cpu_training/launches.json', launches),
     'components-1024-train': Table('components_1024_train.json', components),
     'ablations-toy': Table('ablations_toy.json', ablations),
+    'plain-vit-upernet': Table('plain_vit_upernet.json', ablations),
     'cpu-benchmark': Table('transcribed/cpu_benchmark_2026-12-03.json', transcribed),
     'cpu-targets-forward': Table('transcribed/cpu_targets_2026-12-03.json', transcribed),
     'saved-per-block': Table('transcribed/saved_per_block.json', transcribed),
@@ -249,6 +251,7 @@ TABLES: Dict[str, Table] = {
     'onnx-export': Table('transcribed/onnx_export_2026-12-04.json', transcribed),
     'onnx-latency': Table('onnx_latency.json', latency_table, settings=False),
     'learning-curves': Table('learning_curves.json', learning),
+    'learning-curves-opt-in': Table('learning_curves_opt_in.json', learning),
     'kernel-compile': Table('kernel_compile.json', kernels),
     'coco-eval': Table('coco_eval.json', speedup_table),
     'data-check': Table('data_check.json', check_table),

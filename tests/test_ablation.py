@@ -12,6 +12,7 @@ from benchmarks.ablation import (
     markdown_table,
     summarize,
     switch_override,
+    variant_override,
 )
 from conftest import REPO, config, run_tool, tool
 
@@ -59,6 +60,15 @@ def test_summary_is_mean_and_spread_against_the_baseline():
     assert summary['no-rope']['paired']['mean'] == -11.5 and summary['no-rope']['ahead'] == 0
     assert '| no-rope | use_rope=False | 30.5 ± 0.7 | 30.0 - 31.0 | 30.0 / 31.0 | -11.5 ± 1.3 | ' \
         '-11.5 ± 2.1 (0/2) |' in table
+
+
+@pytest.mark.parametrize('recipe', sorted(RECIPES))
+def test_plain_vit_switches_every_addition_of_vit5_off(recipe):
+    """ViT-5 against a plain ViT: the union of five ablation configs, read back from them."""
+    override = variant_override('plain-vit', ablation_configs(f'{REPO}/configs', recipe),
+                                Config.fromfile(config(f'{recipe}.py')))
+    assert override == dict(norm='ln', num_registers=0, use_rope=False,
+                            layer_scale_init_value=None, qk_norm=False)
 
 
 def test_study_tool_trains_a_variant_and_writes_the_table(tmp_path):

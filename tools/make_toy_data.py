@@ -20,8 +20,11 @@ Separate scenes with a depth map go into the NYU-Depth-v2 layout of mmseg's ``NY
 (uint16, millimetres). Depth is a receding floor/wall plane (far at the top) with the shapes
 standing nearer; brightness falls with depth, so depth is learnable from the image.
 
+``<out>/VERSION`` names the generator's version: ``--if-stale`` (the quick start's) writes
+the set again only where it is missing or older.
+
 Usage:
-    python tools/make_toy_data.py data --train 32 --val 8 --size 256
+    python tools/make_toy_data.py data --train 32 --val 8 --size 256 [--if-stale]
 """
 import argparse
 import json
@@ -35,6 +38,10 @@ import numpy as np
 CLASSES = ('rectangle', 'ellipse', 'triangle')
 STUFF = 'background'  # the panoptic stuff class: every pixel that is no shape
 NYU_ROOM = 'living_room'  # NYUDataset reads the scene category from the file name
+# written to <out>/VERSION; --if-stale writes the set again when it differs. 2: each shape in
+# its class's hue (1 wrote the drawn hue, saturation, value as blue, green, red)
+VERSION = '2'
+LAYOUTS = ('coco', 'ade', 'nyu')
 
 
 def _polygon(kind: str, box: Tuple[int, int, int, int], rng: np.random.Generator) -> np.ndarray:
@@ -79,9 +86,11 @@ def make_scene(size: Tuple[int, int], rng: np.random.Generator):
         cv2.fillPoly(mask, [np.round(poly).astype(np.int32)], 1)
         if mask.sum() < 16:
             continue
-        # each class has its own hue range so colour alone is informative but noisy
-        color = np.array([(label * 85 + rng.uniform(-25, 25)) % 255, rng.uniform(150, 255),
-                          rng.uniform(120, 255)], np.float32)
+        # each class has its own hue range (HSV, hue on 0-255) so colour alone is informative
+        # but noisy
+        hsv = np.array([(label * 85 + rng.uniform(-25, 25)) % 255, rng.uniform(150, 255),
+                        rng.uniform(120, 255)], np.float32)
+        color = cv2.cvtColor(hsv.astype(np.uint8)[None, None], cv2.COLOR_HSV2BGR_FULL)[0, 0]
         image[mask > 0] = color + rng.normal(0, 10, (int(mask.sum()), 3))
         semantic[mask > 0] = label + 2
         objects.append(dict(label=label, polygon=poly, mask=mask, mask_area=int(mask.sum()),
@@ -202,7 +211,19 @@ def make_dataset(out: str, train: int = 32, val: int = 8, size: int = 256,
     write_split(out, 'val', val, size, rng, start_id=100000)
     write_depth_split(out, 'train', train, size, rng, start_id=1)
     write_depth_split(out, 'val', val, size, rng, start_id=100000)
+    with open(os.path.join(out, 'VERSION'), 'w') as f:
+        f.write(VERSION + '\n')
     return out
+
+
+def is_current(out: str) -> bool:
+    """Whether ``out`` holds every layout, written by this version of the generator."""
+    try:
+        with open(os.path.join(out, 'VERSION')) as f:
+            version = f.read().strip()
+    except OSError:
+        return False
+    return version == VERSION and all(os.path.isdir(os.path.join(out, d)) for d in LAYOUTS)
 
 
 def main() -> None:
@@ -212,9 +233,14 @@ def main() -> None:
     parser.add_argument('--val', type=int, default=8, help='validation images')
     parser.add_argument('--size', type=int, default=256, help='longest image side')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--if-stale', action='store_true',
+                        help='write nothing if OUT already holds a set of this version')
     args = parser.parse_args()
     if args.train < 1 or args.val < 1 or args.size < 64:
         parser.error('--train and --val must be >= 1 and --size >= 64')
+    if args.if_stale and is_current(args.out):
+        print(f'[make_toy_data] {args.out} is current (version {VERSION}); kept')
+        return
     make_dataset(args.out, args.train, args.val, args.size, args.seed)
     print(f'[make_toy_data] wrote {args.out}/coco (instances and panoptic), '
           f'{args.out}/ade/ADEChallengeData2016 and {args.out}/nyu')

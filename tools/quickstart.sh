@@ -3,9 +3,10 @@
 # a small shapes dataset in the COCO and ADE20K layouts, train a small ViT-5 Mask R-CNN and
 # UperNet through tools/train.py, evaluate them with tools/test.py (COCO mAP, mIoU) and write
 # visualizations. Everything goes under ${OUT:-work_dirs/quickstart}.
-# MODELS picks the toy models of configs/toy/: "maskrcnn upernet" by default; "mask2former"
-# (Mask2Former instances) and "depth" (DPT depth) are opt-in, to keep the default run short:
-#   MODELS="maskrcnn upernet mask2former depth" bash tools/quickstart.sh
+# MODELS picks the toy models of configs/toy/: "maskrcnn upernet" by default; "cascade"
+# (Cascade Mask R-CNN), "mask2former" (Mask2Former instances) and "depth" (DPT depth) are
+# opt-in, to keep the default run short:
+#   MODELS="maskrcnn upernet cascade mask2former depth" bash tools/quickstart.sh
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -15,9 +16,10 @@ read -r -a models <<< "${MODELS:-maskrcnn upernet}"
 config_of() {
   case $1 in
     maskrcnn|upernet|depth) echo "$here/configs/toy/vit5-tiny_$1_shapes.py" ;;
+    cascade) echo "$here/configs/toy/vit5-tiny_cascade-maskrcnn_shapes.py" ;;
     mask2former) echo "$here/configs/toy/vit5-tiny_mask2former-ins_shapes.py" ;;
     *) echo "[quickstart] MODELS: unknown model '$1'; expected some of: maskrcnn upernet" \
-         "mask2former depth" >&2; return 2 ;;
+         "cascade mask2former depth" >&2; return 2 ;;
   esac
 }
 for name in "${models[@]}"; do config_of "$name" > /dev/null; done  # refused before installing
@@ -25,9 +27,8 @@ for name in "${models[@]}"; do config_of "$name" > /dev/null; done  # refused be
 val_every=$(( iters >= 4 ? iters / 4 : iters ))
 bash "$here/tools/install.sh"
 cd "$out"
-if [ ! -d data/toy/coco ] || [ ! -d data/toy/nyu ]; then
-  "$PY" "$here/tools/make_toy_data.py" data/toy --train 64 --val 16 --size 256
-fi
+# written again when an older generator made it (data/toy/VERSION)
+"$PY" "$here/tools/make_toy_data.py" data/toy --train 64 --val 16 --size 256 --if-stale
 # iteration, loss and ETA of each logged training iteration (the full log goes to a file);
 # a bash loop, not awk: mawk reads a pipe in blocks and would print nothing until the end
 progress() {
