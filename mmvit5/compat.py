@@ -143,13 +143,13 @@ def install_patches() -> None:
 
 @contextlib.contextmanager
 def transformers_optimizers_deferred() -> Iterator[None]:
-    """Import mmengine's optimizers (``mmengine.model`` does) without transformers.
+    """Import mmengine's optimizers (``mmengine.model`` does) without importing transformers.
 
     mmengine <= 0.10.7 imports transformers, and through it torchvision, as ``mmengine.optim``
-    is imported, only to register transformers' ``Adafactor``: about a second that a timm or
-    torch user registering ViT-5 never uses. Inside this block transformers is unimportable
-    (where nothing has imported it yet), so mmengine registers none;
-    :func:`register_transformers_optimizers` registers it when the runner is imported.
+    is imported, only to register transformers' ``Adafactor``: about a second for every process
+    (a timm or torch user registering ViT-5, each tool), where few ever build it. Inside this
+    block transformers is unimportable (where nothing has imported it yet), so mmengine
+    registers none; :func:`register_transformers_optimizers` registers it without the import.
     """
     block = 'mmengine.optim' not in sys.modules and 'transformers' not in sys.modules
     if block:
@@ -161,14 +161,21 @@ def transformers_optimizers_deferred() -> Iterator[None]:
             del sys.modules['transformers']
 
 
+def _adafactor(*args, **kwargs):
+    """transformers' ``Adafactor``, imported when a config builds it."""
+    from transformers import Adafactor  # the optional heavy package, on use only
+    return Adafactor(*args, **kwargs)
+
+
 def register_transformers_optimizers() -> None:
-    """What ``mmengine.optim`` does on import where transformers is installed: ``Adafactor`` in
-    mmengine's optimizer registry (once)."""
+    """``Adafactor`` in mmengine's optimizer registry where transformers is installed, as
+    ``mmengine.optim`` registers it on import, but built (and transformers imported) on use."""
     from mmengine.optim.optimizer import builder
     if 'Adafactor' in builder.TRANSFORMERS_OPTIMIZERS or \
             importlib.util.find_spec('transformers') is None:
         return
-    builder.TRANSFORMERS_OPTIMIZERS.extend(builder.register_transformers_optimizers())
+    builder.OPTIMIZERS.register_module(name='Adafactor', module=_adafactor)
+    builder.TRANSFORMERS_OPTIMIZERS.append('Adafactor')
 
 
 def markdown_table() -> str:
