@@ -19,6 +19,7 @@ NAME = 'mmcv._ext'
 MULTIMODAL_NAMES = ('PreTrainedModel', 'apply_chunking_to_forward',
                     'find_pruneable_heads_and_indices', 'prune_linear_layer')
 MULTIMODAL_PATCH = 'skip_unimportable_multimodal'  # its name in mmvit5.compat
+MULTIMODAL_RANGE = 'mmpretrain>=1.0.0,<=1.2.0'  # the mmpretrain releases that have the bug
 PTH_NAME = 'mmvit5-mmcv-ext.pth'
 # .pth lines that start with "import" are executed; this one tolerates an uninstalled mmvit5
 PTH_LINE = ("import importlib.util as u; u.find_spec('_mmvit5_hook') and "
@@ -81,9 +82,12 @@ class BeforeMMPretrainModels(importlib.abc.MetaPathFinder):
         if fullname == 'mmpretrain.models':
             sys.meta_path.remove(self)
             from importlib.metadata import PackageNotFoundError, version
+
+            from packaging.requirements import Requirement  # mmpretrain's own dependency
             try:
-                old = tuple(int(p) for p in version('mmpretrain').split('.')[:3]) <= (1, 2, 0)
-            except (PackageNotFoundError, ValueError):
+                old = Requirement(MULTIMODAL_RANGE).specifier.contains(version('mmpretrain'),
+                                                                  prereleases=True)
+            except PackageNotFoundError:
                 old = False
             if old:
                 skip_unimportable_multimodal()

@@ -491,7 +491,7 @@ def format_config_once() -> None:
     config_module.FormatCode = format_once
 
 
-@upstream_patch('mmpretrain>=1.0.0,<=1.2.0',
+@upstream_patch(_mmvit5_hook.MULTIMODAL_RANGE,
                 reason="mmpretrain's multimodal models import names that newer transformers "
                 'no longer has; every mmdet model build then fails', after='mmpretrain')
 def skip_unimportable_multimodal() -> None:
