@@ -207,20 +207,27 @@ def summarize(results: Dict[str, dict], metric: str) -> Dict[str, dict]:
 def markdown_table(results: Dict[str, dict], summary: Dict[str, dict], metric: str,
                    seconds: Optional[float] = None) -> str:
     """The study as a Markdown table: variant, switch, metric mean ± std, min-max, per-seed
-    values, difference from the baseline ± its standard error."""
-    lines = [f'| variant | switch | {metric} mean ± std | min - max | per seed | '
+    values, difference from the baseline ± its standard error. COCO's mAP (a fraction in
+    mmdet's metrics) is shown in percent, as the quick start's tables show it."""
+    scale, name = (100, metric.split('/')[-1].replace('_', ' ') + ' (%)') \
+        if metric.startswith('coco/') else (1, metric)
+
+    def num(value: float, sign: str = '') -> str:
+        return f'{value * scale:{sign}.1f}'
+
+    lines = [f'| variant | switch | {name} mean ± std | min - max | per seed | '
              'vs baseline ± s.e. | paired: mean ± std of seed differences (ahead) |',
              '|---|---|---|---|---|---|---|']
-    for name, stats in summary.items():
-        override = ', '.join(f'{k}={v!r}' for k, v in results[name]['override'].items())
-        per_seed = ' / '.join(f'{run[metric]:.1f}' for run in results[name]['runs'])
-        delta = '-' if name == BASELINE or stats['delta'] is None else \
-            f'{stats["delta"]:+.1f} ± {stats["delta_se"]:.1f}'
+    for variant, stats in summary.items():
+        override = ', '.join(f'{k}={v!r}' for k, v in results[variant]['override'].items())
+        per_seed = ' / '.join(num(run[metric]) for run in results[variant]['runs'])
+        delta = '-' if variant == BASELINE or stats['delta'] is None else \
+            f'{num(stats["delta"], "+")} ± {num(stats["delta_se"])}'
         paired = '-' if not stats.get('paired') else \
-            f'{stats["paired"]["mean"]:+.1f} ± {stats["paired"]["std"]:.1f} ' \
+            f'{num(stats["paired"]["mean"], "+")} ± {num(stats["paired"]["std"])} ' \
             f'({stats["ahead"]}/{stats["paired"]["n"]})'
-        lines.append(f'| {name} | {override or "(released)"} | {stats["mean"]:.1f} ± '
-                     f'{stats["std"]:.1f} | {stats["min"]:.1f} - {stats["max"]:.1f} | '
+        lines.append(f'| {variant} | {override or "(released)"} | {num(stats["mean"])} ± '
+                     f'{num(stats["std"])} | {num(stats["min"])} - {num(stats["max"])} | '
                      f'{per_seed} | {delta} | {paired} |')
     if seconds is not None:
         lines.append(f'\n{len(summary)} variants x {summary[next(iter(summary))]["n"]} seeds '

@@ -243,6 +243,7 @@ TABLES: Dict[str, Table] = {
     'components-1024-train': Table('components_1024_train.json', components),
     'ablations-toy': Table('ablations_toy.json', ablations),
     'plain-vit-upernet': Table('plain_vit_upernet.json', ablations),
+    'plain-vit-maskrcnn': Table('plain_vit_maskrcnn.json', ablations),
     'cpu-benchmark': Table('transcribed/cpu_benchmark_2026-12-03.json', transcribed),
     'cpu-targets-forward': Table('transcribed/cpu_targets_2026-12-03.json', transcribed),
     'saved-per-block': Table('transcribed/saved_per_block.json', transcribed),
