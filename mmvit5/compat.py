@@ -1,12 +1,12 @@
 """Patches for bugs of the pinned OpenMMLab stack (mmengine 0.10.7, mmcv 2.1.0, mmpretrain
 1.2.0) on a modern torch, on CPUs: one function per upstream bug, each declared with the
-upstream versions that have it and applied only where those are installed: on ``import mmvit5``
-when it patches what mmengine's core holds, else the moment its upstream module is imported (the
-runner's, mmcv's ops, mmpretrain), so that ``import mmvit5`` imports none of them.
+upstream versions that have it and applied only where those are installed, the moment the
+upstream modules it patches are imported, so that ``import mmvit5`` imports none of them (nor
+torch: this module imports the standard library and ``packaging`` only).
 
 Each patch is registered with :func:`upstream_patch`: the package versions it applies to (PEP
 440 ranges, all of which the installed versions must meet), the upstream issue or the reason,
-and the module whose import it waits for (``after``). :func:`apply_patches` applies what fits,
+and the modules whose import it waits for (``after``). :func:`apply_patches` applies what fits,
 and logs once each patch that it skips because an installed version is outside its range (the
 bug may be fixed there, or the patched internals changed: check, then widen the range).
 ``MMVIT5_DISABLE_PATCHES=name1,name2`` (or ``all``), set before ``import mmvit5``, turns patches
@@ -23,11 +23,8 @@ import pickle
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple, Union
 
-import numpy as np
-import torch
-from mmengine.logging import HistoryBuffer, print_log
 from packaging.requirements import Requirement
 
 import _mmvit5_hook
@@ -49,14 +46,14 @@ class Patch:
             the installed packages must all meet (import names; prereleases count).
         reason (str): The upstream issue, or why the patch exists.
         apply (Callable[[], None]): Applies the patch; idempotent.
-        after (str, optional): The module whose import the patch waits for (it patches that
-            module's code); None: applied on ``import mmvit5``.
+        after (tuple[str]): The modules whose import the patch waits for (it patches their
+            code), all of them.
     """
     name: str
     applies_to: Tuple[str, ...]
     reason: str
     apply: Callable[[], None]
-    after: Optional[str] = None
+    after: Tuple[str, ...]
 
     def why_not(self) -> Optional[str]:
         """None when every installed package is in range, else why the patch does not apply."""
@@ -73,11 +70,12 @@ PATCHES: Dict[str, Patch] = {}
 _LOGGED = set()
 
 
-def upstream_patch(*applies_to: str, reason: str, after: Optional[str] = None) -> Callable:
+def upstream_patch(*applies_to: str, reason: str, after: Union[str, Tuple[str, ...]]) -> Callable:
     """Register the decorated function as the patch of one upstream bug (see :class:`Patch`)."""
 
     def register(function: Callable[[], None]) -> Callable[[], None]:
-        PATCHES[function.__name__] = Patch(function.__name__, applies_to, reason, function, after)
+        PATCHES[function.__name__] = Patch(function.__name__, applies_to, reason, function,
+                                           (after, ) if isinstance(after, str) else after)
         return function
 
     return register
@@ -135,23 +133,26 @@ def apply_patches(names: Optional[Iterable[str]] = None) -> Dict[str, str]:
 
 
 def install_patches() -> None:
-    """Apply each patch now, or as soon as the module it waits for is imported
+    """Apply each patch now, or as soon as the modules it waits for are imported
     (``import mmvit5`` calls this)."""
     for patch in PATCHES.values():
-        call_after(patch.after or 'torch', functools.partial(apply_patches, [patch.name]))
+        apply = functools.partial(apply_patches, [patch.name])
+        apply.__qualname__ = patch.name  # what a failure's warning names
+        call_after(patch.after, apply)
 
 
 @contextlib.contextmanager
 def transformers_optimizers_deferred() -> Iterator[None]:
-    """Import mmengine's optimizers (``mmengine.model`` does) without importing transformers.
+    """Import mmengine's optimizer builder (``mmengine.model`` does) without transformers.
 
-    mmengine <= 0.10.7 imports transformers, and through it torchvision, as ``mmengine.optim``
-    is imported, only to register transformers' ``Adafactor``: about a second for every process
-    (a timm or torch user registering ViT-5, each tool), where few ever build it. Inside this
-    block transformers is unimportable (where nothing has imported it yet), so mmengine
-    registers none; :func:`register_transformers_optimizers` registers it without the import.
+    mmengine <= 0.10.7 imports transformers, and through it torchvision, as
+    ``mmengine.optim.optimizer.builder`` is imported, only to register transformers'
+    ``Adafactor``: about a second for every process (a timm or torch user registering ViT-5,
+    each tool), where few ever build it. ``import mmvit5`` runs that import inside this block,
+    where transformers is unimportable (if nothing has imported it yet), so mmengine registers
+    none; :func:`register_transformers_optimizers` registers it without the import.
     """
-    block = 'mmengine.optim' not in sys.modules and 'transformers' not in sys.modules
+    block = 'transformers' not in sys.modules
     if block:
         sys.modules['transformers'] = None  # an import of it raises ImportError
     try:
@@ -170,7 +171,7 @@ def _adafactor(*args, **kwargs):
 def register_transformers_optimizers() -> None:
     """``Adafactor`` in mmengine's optimizer registry where transformers is installed, as
     ``mmengine.optim`` registers it on import, but built (and transformers imported) on use."""
-    from mmengine.optim.optimizer import builder
+    builder = importlib.import_module('mmengine.optim.optimizer.builder')
     if 'Adafactor' in builder.TRANSFORMERS_OPTIMIZERS or \
             importlib.util.find_spec('transformers') is None:
         return
@@ -183,7 +184,8 @@ def markdown_table() -> str:
     rows = ['| Patch | Applies to | Applied | Upstream issue or reason |',
             '| --- | --- | --- | --- |']
     for patch in PATCHES.values():
-        when = f'when `{patch.after}` is imported' if patch.after else 'on `import mmvit5`'
+        when = 'when ' + ' and '.join(f'`{module}`' for module in patch.after) + \
+            (' are' if len(patch.after) > 1 else ' is') + ' imported'
         rows.append(f'| `{patch.name}` | {", ".join(f"`{r}`" for r in patch.applies_to)} | '
                     f'{when} | {patch.reason} |')
     return '\n'.join(rows)
@@ -192,6 +194,8 @@ def markdown_table() -> str:
 def _log_once(message: str, level: int) -> None:
     if message not in _LOGGED:
         _LOGGED.add(message)
+        # imported by then: each patch follows an mmengine module or a library built on it
+        from mmengine.logging import print_log
         print_log(message, logger='current', level=level)
 
 
@@ -201,7 +205,7 @@ STATISTICS_METHODS = ('min', 'max', 'current', 'mean')
 
 def history_buffer_method(obj, name: str):
     """``getattr`` as a pickle may use it inside an mmengine checkpoint, and no further."""
-    if obj is HistoryBuffer and name in STATISTICS_METHODS:
+    if obj is sys.modules['mmengine.logging'].HistoryBuffer and name in STATISTICS_METHODS:
         return getattr(obj, name)
     raise pickle.UnpicklingError(
         f'checkpoint asks for attribute {name!r} of {obj!r}; under weights_only=True only '
@@ -209,6 +213,7 @@ def history_buffer_method(obj, name: str):
 
 
 def _numpy_globals() -> list:
+    import numpy as np  # torch's dependency, imported by then
     # numpy 2 pickles through numpy._core, numpy 1 through numpy.core
     core = getattr(np, '_core', None) or np.core
     # float/int/bool: HistoryBuffer values; uint32: numpy's RNG state (RNGStateHook)
@@ -221,7 +226,7 @@ def _numpy_globals() -> list:
 @upstream_patch('torch>=2.6',
                 reason='torch >= 2.6 loads with weights_only=True, and mmengine passes nothing '
                 'else (https://github.com/open-mmlab/mmengine/issues/1655); mmvit5 reads '
-                'checkpoints the same way')
+                'checkpoints the same way', after=('torch', 'mmengine.logging'))
 def allow_mmengine_checkpoints() -> None:
     """Allow-list mmengine's checkpoint contents for ``torch.load(weights_only=True)``.
 
@@ -238,6 +243,8 @@ def allow_mmengine_checkpoints() -> None:
       ``.mean``, ...), which pickle as ``getattr(HistoryBuffer, name)``. ``getattr`` itself
       is *not* allowed: a restricted stand-in resolves only those names on that class.
     """
+    import torch
+    from mmengine.logging import HistoryBuffer
     torch.serialization.add_safe_globals([
         argparse.Namespace,
         HistoryBuffer,
@@ -250,7 +257,7 @@ def allow_mmengine_checkpoints() -> None:
                 reason="mmengine's is_installed and get_installed_path, which resolve the "
                 '`mmdet::` and `mmseg::` bases of every recipe, import pkg_resources: a '
                 'deprecation warning on each config load (pkg_resources leaves setuptools in '
-                '81); importlib.metadata gives the same answers')
+                '81); importlib.metadata gives the same answers', after='mmengine.utils')
 def installed_packages_without_pkg_resources() -> None:
     """Answer mmengine's "is this package installed, and where" from importlib.metadata.
 
@@ -304,20 +311,20 @@ def _installed_path(package: str) -> str:
 @upstream_patch('mmengine>=0.10.0,<=0.10.7',
                 reason="mmengine's pytorch launcher calls torch.cuda.set_device and gives DDP "
                 'device_ids whether or not CUDA exists, so CPU-only (gloo) runs fail',
-                after='mmengine.model')
+                after='mmengine.dist')
 def allow_cpu_distributed() -> None:
     """Let mmengine's ``pytorch`` launcher run on machines without CUDA (gloo backend).
 
     mmengine 0.10.7 calls ``torch.cuda.set_device`` unconditionally when initialising the
     process group and passes ``device_ids=[LOCAL_RANK]`` to DDP, which PyTorch rejects for a
-    CPU module. Both are skipped only when no CUDA device exists; GPU runs are unchanged.
+    CPU module. Both are skipped only when no CUDA device exists; GPU runs are unchanged. The
+    DDP wrapper is patched once ``mmengine.model`` is imported (it imports ``mmengine.dist``).
     """
+    import torch
     from mmengine.dist import utils as dist_utils
-    from mmengine.model.wrappers import MMDistributedDataParallel
     if getattr(dist_utils._init_dist_pytorch, '_mmvit5', False):
         return
     init_on_cuda = dist_utils._init_dist_pytorch
-    ddp_init = MMDistributedDataParallel.__init__
 
     def init_dist_pytorch(backend='nccl', init_backend='torch', **kwargs):
         if torch.cuda.is_available():
@@ -328,13 +335,21 @@ def allow_cpu_distributed() -> None:
                                'env_cfg.dist_cfg.backend=gloo) to train on CPUs')
         torch.distributed.init_process_group(backend=backend, **kwargs)
 
+    init_dist_pytorch._mmvit5 = True
+    dist_utils._init_dist_pytorch = init_dist_pytorch
+    call_after('mmengine.model', _ddp_on_cpu)
+
+
+def _ddp_on_cpu() -> None:
+    """mmengine's DDP wrapper without ``device_ids`` for a module on the CPU."""
+    from mmengine.model.wrappers import MMDistributedDataParallel
+    ddp_init = MMDistributedDataParallel.__init__
+
     def ddp_init_cpu_aware(self, module, detect_anomalous_params=False, **kwargs):
         if kwargs.get('device_ids') and all(p.device.type == 'cpu' for p in module.parameters()):
             kwargs['device_ids'] = None
         ddp_init(self, module, detect_anomalous_params, **kwargs)
 
-    init_dist_pytorch._mmvit5 = True
-    dist_utils._init_dist_pytorch = init_dist_pytorch
     MMDistributedDataParallel.__init__ = ddp_init_cpu_aware
 
 
@@ -354,6 +369,7 @@ def allow_cpu_slurm() -> None:
     ``MASTER_PORT`` 29500 unless set) and the ``pytorch`` initialisation runs, which
     :func:`allow_cpu_distributed` makes CPU-aware. With CUDA, mmengine's own code runs.
     """
+    import torch
     from mmengine.dist import utils as dist_utils
     if getattr(dist_utils._init_dist_slurm, '_mmvit5', False):
         return
@@ -462,7 +478,8 @@ def contiguous_roi_align() -> None:
 
 @upstream_patch('mmengine>=0.10.0,<=0.10.7',
                 reason="mmengine formats the config with yapf again for every log, dump and "
-                'checkpoint: seconds each time for a detector config')
+                'checkpoint: seconds each time for a detector config',
+                after='mmengine.config.config')
 def format_config_once() -> None:
     """Format each config text with yapf once per process.
 
@@ -473,7 +490,7 @@ def format_config_once() -> None:
     text depends only on the unformatted text and the style, so it is kept for the texts seen
     last (the same string as yapf returns).
     """
-    from mmengine.config import config as config_module
+    config_module = importlib.import_module('mmengine.config.config')
     format_code = config_module.FormatCode
     if getattr(format_code, '_mmvit5', False):
         return

@@ -223,17 +223,19 @@ def test_every_patch_is_declared_and_probed():
 def test_versions_outside_the_range_skip_the_patch(monkeypatch):
     applied = []
     monkeypatch.setitem(compat.PATCHES, 'probe_patch', compat.Patch(
-        'probe_patch', ('torch<1.0',), 'a bug fixed in torch 1.0', lambda: applied.append(1)))
+        'probe_patch', ('torch<1.0',), 'a bug fixed in torch 1.0', lambda: applied.append(1),
+        ('torch', )))
     status = compat.apply_patches(['probe_patch'])
     assert not applied
     assert status['probe_patch'].startswith('not applied: installed torch ')
     assert 'outside torch<1.0' in status['probe_patch']
     monkeypatch.setitem(compat.PATCHES, 'probe_patch', compat.Patch(
-        'probe_patch', ('torch>=1.0', 'not-a-package>=1'), 'why', lambda: applied.append(1)))
+        'probe_patch', ('torch>=1.0', 'not-a-package>=1'), 'why', lambda: applied.append(1),
+        ('torch', )))
     assert compat.apply_patches(['probe_patch']) == {
         'probe_patch': 'not applied: not-a-package is not installed'}
     monkeypatch.setitem(compat.PATCHES, 'probe_patch', compat.Patch(
-        'probe_patch', ('torch>=1.0', ), 'why', lambda: applied.append(1)))
+        'probe_patch', ('torch>=1.0', ), 'why', lambda: applied.append(1), ('torch', )))
     assert compat.apply_patches(['probe_patch']) == {'probe_patch': 'applied'} and applied
 
 

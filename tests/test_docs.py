@@ -6,6 +6,7 @@ import ast
 import glob
 import importlib
 import importlib.util
+import inspect
 import os
 import os.path as osp
 import pkgutil
@@ -113,7 +114,8 @@ def registered_by_mmvit5() -> dict:
         todo.extend(registry.children.values())
         found.update({f'{registry.scope}.{registry.name}: {name}': obj
                       for name, obj in registry.module_dict.items()
-                      if getattr(obj, '__module__', '').startswith('mmvit5.')})
+                      if getattr(obj, '__module__', '').startswith('mmvit5.')
+                      and inspect.isclass(obj)})  # not compat's Adafactor: transformers' class
     return found
 
 
