@@ -18,6 +18,7 @@ Kinds of results files:
 * ``tools/learning_curves.py --json``: ``learning``; ``python -m benchmarks.kernel_compile --json``:
   ``kernels``; ``tools/benchmark_coco_eval.py --json``: ``coco-eval``;
   ``python -m benchmarks.data_check --json``: ``data-check``;
+  ``python -m benchmarks.import_time --json``: ``import-time``;
 * ``tools/benchmark.py --versus CHECKOUT --json`` output: ``versus_table`` (two checkouts'
   rows side by side: ``cpu_training/checkpointing.json``);
 * ``test_suite.json`` (``tools/run_tests.sh --record``): ``test_suite``;
@@ -39,6 +40,7 @@ from .ablation import summarize
 from .breakdown import Launches, PartTime, Saved, launches_table, part_table, saved_table
 from .coco_eval import speedup_table
 from .data_check import check_table
+from .import_time import import_table
 from .components import Component, ComponentTimes
 from .kernel_compile import Compiled, compiled_table
 from .onnx_latency import latency_table
@@ -256,6 +258,7 @@ TABLES: Dict[str, Table] = {
     'kernel-compile': Table('kernel_compile.json', kernels),
     'coco-eval': Table('coco_eval.json', speedup_table),
     'data-check': Table('data_check.json', check_table),
+    'import-time': Table('import_time.json', import_table, settings=False),
     'test-suite': Table('test_suite.json', test_suite, settings=False),
     'cpu-checkpointing': Table('cpu_training/checkpointing.json', versus_table),
 }

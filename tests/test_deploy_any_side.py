@@ -8,7 +8,8 @@ Each config is shrunk as tests/test_recipes.py shrinks it (one 32-wide block, 16
 Mask2Former with one layer and 10 queries), except the toy UperNet, exported as shipped.
 Configs whose shrunk models are the same but for the training-only stochastic depth (the
 ViT-5 S/B/L variants of one recipe) are exported once. The ablation configs (backbone
-switches on the Mask R-CNN and UperNet recipes) are not looped over.
+switches on the Mask R-CNN and UperNet recipes) are not looped over, and the toy Mask R-CNN
+is left to tests/test_two_stage_onnx.py, which compares its dynamic graph with test_step.
 """
 import contextlib
 import functools
@@ -31,6 +32,9 @@ pytest.importorskip('onnxruntime')
 # (batch, H, W): multiples of neither 16 nor 32; 97, 131, 101 and 67 are primes
 SIDES = ((2, 97, 131), (1, 101, 70), (1, 67, 250))
 AS_SHIPPED = ('toy/vit5-tiny_upernet_shapes.py', )
+# configs whose dynamic graph another test checks more strictly, and where
+COVERED = {'toy/vit5-tiny_maskrcnn_shapes.py': 'tests/test_two_stage_onnx.py (its dynamic graph '
+           'of the trained toy against test_step at sides not multiples of 32, batch 2)'}
 
 
 def shrunk(name: str) -> Config:
@@ -115,6 +119,8 @@ def test_dynamic_export_passes_its_check_and_equals_test_step(name, tmp_path, mo
         pytest.skip(f'{name}: no ViT-5 whole model (a classifier, or another backbone)')
     if groups()[name] != name:
         pytest.skip(f'{name}: the same shrunk model as {groups()[name]}, exported there')
+    if name in COVERED:
+        pytest.skip(f'{name}: checked by {COVERED[name]}')
     cfg = shrunk(name)
     config, checkpoint = tmp_path / 'config.py', tmp_path / 'model.pth'
     cfg.dump(str(config))
