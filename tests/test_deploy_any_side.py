@@ -131,8 +131,11 @@ def test_dynamic_export_passes_its_check_and_equals_test_step(name, tmp_path, mo
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         # the size is the toys' (the shipped LSJ recipes' 1024 is the tool's default)
+        # the exporter's optimiser (a third of the time) runs for the one config exported as
+        # shipped; what it does to a graph is the same for all, and ONNX Runtime repeats it
         code = export_onnx.main([str(config), '--checkpoint', str(checkpoint), '--dynamic',
-                                 '--shape', '128', '160', '--rounds', '0', '--out', str(out)])
+                                 '--shape', '128', '160', '--rounds', '0', '--out', str(out),
+                                 *([] if name in AS_SHIPPED else ['--no-optimize'])])
     rows = [line for line in printed.getvalue().splitlines() if line.startswith('| 1')]
     # the default check: the export size, another batch, and sides not multiples of 32
     assert code == 0 and len(rows) == 3 and all(r.endswith('| yes |') for r in rows), \
