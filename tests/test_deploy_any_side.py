@@ -9,7 +9,8 @@ Mask2Former with one layer and 10 queries), except the toy UperNet, exported as 
 Configs whose shrunk models are the same but for the training-only stochastic depth (the
 ViT-5 S/B/L variants of one recipe) are exported once. The ablation configs (backbone
 switches on the Mask R-CNN and UperNet recipes) are not looped over, and the toy Mask R-CNN
-is left to tests/test_two_stage_onnx.py, which compares its dynamic graph with test_step.
+and Mask2Former (instances) are left to tests/test_two_stage_onnx.py and
+tests/test_deploy_tasks.py, which compare their dynamic graphs with test_step (``COVERED``).
 """
 import contextlib
 import functools
@@ -34,7 +35,10 @@ SIDES = ((2, 97, 131), (1, 101, 70), (1, 67, 250))
 AS_SHIPPED = ('toy/vit5-tiny_upernet_shapes.py', )
 # configs whose dynamic graph another test checks more strictly, and where
 COVERED = {'toy/vit5-tiny_maskrcnn_shapes.py': 'tests/test_two_stage_onnx.py (its dynamic graph '
-           'of the trained toy against test_step at sides not multiples of 32, batch 2)'}
+           'of the trained toy against test_step at sides not multiples of 32, batch 2)',
+           'toy/vit5-tiny_mask2former-ins_shapes.py': 'tests/test_deploy_tasks.py (its dynamic '
+           'graph of the trained toy against test_step and COCO mAP, and at sides not '
+           'multiples of 32 against the exported module)'}
 
 
 def shrunk(name: str) -> Config:
