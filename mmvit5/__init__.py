@@ -45,7 +45,8 @@ __all__ = ['__version__']
 
 def __getattr__(name: str):
     # mmvit5.ViT5 and the rest of mmvit5.models: torch and mmengine.model come with them
-    models = importlib.import_module('.models', __name__) if not name.startswith('__') else None
-    if not hasattr(models, name):
-        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-    return getattr(models, name)
+    if not name.startswith('__'):
+        models = importlib.import_module('.models', __name__)
+        if hasattr(models, name):
+            return getattr(models, name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
