@@ -20,6 +20,7 @@ MULTIMODAL_NAMES = ('PreTrainedModel', 'apply_chunking_to_forward',
                     'find_pruneable_heads_and_indices', 'prune_linear_layer')
 MULTIMODAL_PATCH = 'skip_unimportable_multimodal'  # its name in mmvit5.compat
 MULTIMODAL_RANGE = 'mmpretrain>=1.0.0,<=1.2.0'  # the mmpretrain releases that have the bug
+DISABLE_ENV = 'MMVIT5_DISABLE_PATCHES'  # patch names (or all) to leave out; mmvit5.compat's too
 PTH_NAME = 'mmvit5-mmcv-ext.pth'
 # .pth lines that start with "import" are executed; this one tolerates an uninstalled mmvit5
 PTH_LINE = ("import importlib.util as u; u.find_spec('_mmvit5_hook') and "
@@ -94,6 +95,11 @@ class BeforeMMPretrainModels(importlib.abc.MetaPathFinder):
         return None
 
 
+def disabled_names() -> set:
+    """The names that ``MMVIT5_DISABLE_PATCHES`` lists (patch names, or ``all``)."""
+    return {n.strip() for n in os.environ.get(DISABLE_ENV, '').split(',') if n.strip()}
+
+
 def install() -> None:
     """Put the ``mmcv._ext`` finder last on ``sys.meta_path`` and the mmpretrain guard first
     (once per process; ``MMVIT5_DISABLE_PATCHES=skip_unimportable_multimodal`` or ``all``
@@ -101,8 +107,8 @@ def install() -> None:
     if os.environ.get('MMVIT5_MMCV_EXT', '1') != '0' and \
             not any(isinstance(finder, MMCVExtFinder) for finder in sys.meta_path):
         sys.meta_path.append(MMCVExtFinder())
-    disabled = {n.strip() for n in os.environ.get('MMVIT5_DISABLE_PATCHES', '').split(',')}
-    if not disabled & {MULTIMODAL_PATCH, 'all'} and 'mmpretrain.models' not in sys.modules and \
+    if not disabled_names() & {MULTIMODAL_PATCH, 'all'} and \
+            'mmpretrain.models' not in sys.modules and \
             not any(isinstance(finder, BeforeMMPretrainModels) for finder in sys.meta_path):
         sys.meta_path.insert(0, BeforeMMPretrainModels())
 

@@ -31,7 +31,7 @@ import _mmvit5_hook
 
 from .utils.after_import import call_after
 
-DISABLE_ENV = 'MMVIT5_DISABLE_PATCHES'
+DISABLE_ENV = _mmvit5_hook.DISABLE_ENV
 # import name -> the distributions that may provide it (mmcv ships as mmcv or mmcv-lite)
 DISTRIBUTIONS = {'mmcv': ('mmcv', 'mmcv-lite', 'mmcv-full')}
 
@@ -96,7 +96,7 @@ def installed_version(name: str) -> Optional[str]:
 
 def disabled_patches() -> set:
     """The patch names that ``MMVIT5_DISABLE_PATCHES`` turns off (all of them for ``all``)."""
-    names = {n.strip() for n in os.environ.get(DISABLE_ENV, '').split(',') if n.strip()}
+    names = _mmvit5_hook.disabled_names()
     if 'all' in names:
         return set(PATCHES)
     unknown = names - set(PATCHES)
