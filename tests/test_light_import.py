@@ -90,7 +90,7 @@ def test_every_library_gets_its_part_after_import_mmvit5():
     """Whichever library a process imports after mmvit5, its part is registered and no import
     fails half-way: the work that waits for a module runs while the module that imported it may
     still be executing, and must not need that one. (A library imported before mmvit5 gets its
-    part at once, as the first test's probe shows for mmengine's registry.)"""
+    part at once, on ``import mmvit5``: no import is under way then.)"""
     libraries = ('mmengine.optim', 'mmcv.cnn', 'mmpretrain.models', 'timm', 'torch')
     code = ('import importlib, sys, warnings\n'
             'warnings.filterwarnings("error", ".*failed after importing")\n'

@@ -94,9 +94,10 @@ VARIANT_KEYS = ('drop_path_rate', 'layer_decay_rate', 'init_cfg', 'img_size')
 
 @pytest.fixture(scope='module')
 def smoke_groups(tmp_path_factory) -> dict:
-    """``{config: the config that trains for it}``: the resumed one of its group (or the
-    first), the group being the configs whose smoke configs (:func:`smoke_config`) are equal
-    but for :data:`VARIANT_KEYS`, the pretrained file names included."""
+    """``{config: (the config that trains for it, that one's smoke config file)}``: the resumed
+    one of its group (or the first), the group being the configs whose smoke configs
+    (:func:`smoke_config`, written once each) are equal but for :data:`VARIANT_KEYS`, the
+    pretrained file names included."""
     def strip(value):
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items()
@@ -105,12 +106,13 @@ def smoke_groups(tmp_path_factory) -> dict:
 
     folder, groups = tmp_path_factory.mktemp('smoke_groups'), {}
     for name in SHIPPED:
-        path = str(folder / name)
+        path = str(folder / f'smoke_{name}')
         smoke_config(name, path)
         key = json.dumps(strip(Config.fromfile(path).to_dict()), sort_keys=True, default=str)
         groups.setdefault(key, []).append(name)
-    return {name: next((n for n in group if n in RESUMED), group[0])
-            for group in groups.values() for name in group}
+    trains = {name: next((n for n in group if n in RESUMED), group[0])
+              for group in groups.values() for name in group}
+    return {name: (first, str(folder / f'smoke_{first}')) for name, first in trains.items()}
 
 
 def run_tool_here(script, args, cwd, monkeypatch, capsys) -> str:
@@ -160,12 +162,10 @@ def evaluation_metric(cfg: Config) -> str:
 @pytest.mark.parametrize('name', SHIPPED)
 def test_shipped_config_trains_and_tests(data_root, smoke_groups, tmp_path, monkeypatch, capsys,
                                         name):
-    trains = smoke_groups[name]
+    trains, smoke = smoke_groups[name]
     if trains != name:
         pytest.skip(f'{name}: the same smoke config as {trains} but for {VARIANT_KEYS}, '
                     'trained there')
-    smoke = str(tmp_path / f'smoke_{name}')
-    smoke_config(name, smoke)
     cfg = Config.fromfile(smoke)
     # the real input sizes: LSJ pads to 1024x1024, ADE20K trains on 512 crops (UperNet tests
     # sliding), NYU on 480 crops tested sliding with flips
