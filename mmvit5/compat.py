@@ -22,6 +22,8 @@ import os
 import pickle
 import subprocess
 import sys
+import time
+import types
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple, Union
 
@@ -506,6 +508,40 @@ def format_config_once() -> None:
 
     format_once._mmvit5 = True
     config_module.FormatCode = format_once
+
+
+@upstream_patch('mmengine>=0.10.0,<=0.10.7',
+                reason='mmengine sleeps 2 s at the end of every pass over the training data, '
+                'against a deadlock of loader workers (https://github.com/open-mmlab/mmcv/pull/'
+                '306): a loader without workers has none, and a small set sleeps most of its run',
+                after='mmengine.runner.loops')
+def no_epoch_sleep_without_workers() -> None:
+    """Restart a training loader that has no worker processes without mmengine's 2 s sleep.
+
+    ``IterBasedTrainLoop`` starts a finite loader (``DefaultSampler``) again at the end of
+    each pass over the data, and sleeps 2 s first: a workaround for worker processes not yet
+    released (open-mmlab/mmcv#306). With ``num_workers=0`` there is none to wait for, and the
+    toy Mask2Former on 8 images in batches of 4 slept 1 s per iteration, most of its run.
+    Loaders with workers keep the sleep.
+    """
+    loops = importlib.import_module('mmengine.runner.loops')
+    iterator = loops._InfiniteDataloaderIterator
+    upstream = iterator.__next__
+    if getattr(upstream, '_mmvit5', False):
+        return
+    awake = types.SimpleNamespace(sleep=lambda seconds: None)
+
+    def next_batch(self):
+        if self._dataloader.num_workers:
+            return upstream(self)
+        loops.time = awake  # that sleep is the module's only use of time
+        try:
+            return upstream(self)
+        finally:
+            loops.time = time
+
+    next_batch._mmvit5 = True
+    iterator.__next__ = next_batch
 
 
 @upstream_patch(_mmvit5_hook.MULTIMODAL_RANGE,

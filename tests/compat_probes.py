@@ -75,10 +75,10 @@ class Killed(BaseException):
     """Stands for SIGKILL: no ``except Exception`` handler sees it."""
 
 
-def regressor_runner(work_dir: str, **checkpoint):
+def regressor_runner(work_dir: str, max_iters: int = 2, **checkpoint):
     """A Runner (built with its Config, as tools/train.py builds one) that trains a linear
-    regressor for 2 iterations and saves a checkpoint after each; ``checkpoint``: more
-    CheckpointHook options."""
+    regressor for ``max_iters`` iterations (2 per pass over its 4 samples) and saves a
+    checkpoint after each; ``checkpoint``: more CheckpointHook options."""
     from mmengine.config import Config
     from mmengine.model import BaseModel
     from mmengine.runner import Runner
@@ -97,7 +97,7 @@ def regressor_runner(work_dir: str, **checkpoint):
                               batch_size=2, num_workers=0,
                               sampler=dict(type='DefaultSampler', shuffle=False)),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
-        train_cfg=dict(by_epoch=False, max_iters=2),
+        train_cfg=dict(by_epoch=False, max_iters=max_iters),
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1,
                                            **checkpoint))))
     return Runner(model=Regressor(), **cfg, cfg=cfg)
@@ -152,6 +152,16 @@ def format_config_once(work_dir: str) -> None:
     yapf_api.reformatter.Reformat = counted
     regressor_runner(work_dir).train()
     assert len(calls) == 1, f'formatted the same config {len(calls)} times'
+
+
+def no_epoch_sleep_without_workers(work_dir: str) -> None:
+    """Six iterations over four samples in batches of two start the loader (no workers) again
+    twice, without sleeping."""
+    import time
+    naps = []
+    time.sleep = naps.append
+    regressor_runner(work_dir, max_iters=6).train()
+    assert not naps, f'slept {sum(naps)} s at {len(naps)} restarts of a loader without workers'
 
 
 def skip_unimportable_multimodal(work_dir: str) -> None:

@@ -190,6 +190,7 @@ UPSTREAM_ERRORS = {
     'crash_safe_checkpoints': r"FileNotFoundError: .*iter_1\.pth",
     'contiguous_roi_align': 'Tensor-likes are not close',
     'format_config_once': r'formatted the same config [2-9]\d* times',
+    'no_epoch_sleep_without_workers': r'slept 4 s at 2 restarts of a loader without workers',
     'skip_unimportable_multimodal': 'NoneType takes no arguments',
     # setuptools < 81 warns; from 81 on it has no pkg_resources at all
     'installed_packages_without_pkg_resources':
