@@ -2,6 +2,7 @@ import json
 import os
 import os.path as osp
 import re
+import runpy
 import subprocess
 import sys
 
@@ -83,6 +84,27 @@ def run_tool(args, cwd, timeout=900, env=None, check=True):
         raise AssertionError(f'{" ".join(map(str, args))} failed ({proc.returncode}):\n'
                              f'{output[-6000:]}')
     return output if check else (proc.returncode, output)
+
+
+def run_tool_here(script, args, cwd, monkeypatch, capsys) -> str:
+    """``python tools/<script> ARGS`` in this process (saves the ~5 s of imports of a new one);
+    returns what it printed."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, 'argv', [script, *map(str, args)])
+    runpy.run_path(osp.join(REPO, 'tools', script), run_name='__main__')
+    return capsys.readouterr().out
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread in this process for the test, as ``OMP_NUM_THREADS=1`` gives a tool
+    started with the returned env: the toys' runs are deterministic on the CPU at a given thread
+    count (bit-equal runs, exact floors), and two threads on the 2 shared cores made their steps
+    10-15x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield dict(OMP_NUM_THREADS='1')
+    torch.set_num_threads(threads)
 
 
 def logged_iterations(out: str) -> dict:

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
-from test_recipes import run_tool_here
 
-from conftest import REPO, config, small_mask2former
+from conftest import REPO, config, run_tool_here, small_mask2former
 from mmvit5.utils import (
     check_masks,
     coco_classes,

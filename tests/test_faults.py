@@ -9,10 +9,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_recipes import run_tool_here
 
 import mmvit5  # noqa: F401  allow-lists what mmengine checkpoints hold
-from conftest import REPO, assert_same_training_state, config, logged_iterations, run_tool, tool
+from conftest import (
+    REPO,
+    assert_same_training_state,
+    config,
+    logged_iterations,
+    run_tool,
+    run_tool_here,
+    tool,
+)
 
 pytestmark = pytest.mark.slow  # trains in subprocesses and kills them
 
@@ -20,15 +27,6 @@ SIGKILL = [*tool('train.py')[:1], osp.join(REPO, 'tests', 'sigkill.py')]
 TOYS = sorted(osp.relpath(p, osp.join(REPO, 'configs'))
               for p in glob.glob(osp.join(REPO, 'configs', 'toy', '*.py')))
 UPERNET = 'toy/vit5-tiny_upernet_shapes.py'
-
-
-@pytest.fixture
-def one_thread():
-    """Bit-equal runs need the same thread count in this process and in the killed one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield dict(OMP_NUM_THREADS='1')
-    torch.set_num_threads(threads)
 
 
 def toy_args(toy: str) -> list:

@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import config, run_tool, tool
+from conftest import config, run_tool_here
 from mmvit5.models.heads import DPTDepthHead
 from mmvit5.utils import load_config
 
 DEPTH = 'toy/vit5-tiny_depth_shapes.py'
 MASK2FORMER = 'toy/vit5-tiny_mask2former-ins_shapes.py'
-# the toys train with one OpenMP thread: on the shared 2-core machine two threads made each step
-# of them 10-15x slower (docs/en/get_started/quickstart.md, "The toy models")
-ONE_THREAD = dict(OMP_NUM_THREADS='1')
 
 
 def test_dpt_depth_head_shapes_and_range():
@@ -80,11 +77,11 @@ def test_width_mismatch_names_the_fields_to_set(name, options, fields):
     ('vit5_mask2former_ade20k.py', '512x512', '160,000 iterations = 126.7 epochs of 20,210'),
     ('vit5-l_depth_nyu.py', '480x480', '25,000 iterations'),
 ])
-def test_dry_run(toy_root, name, size, data):
+def test_dry_run(toy_root, monkeypatch, capsys, name, size, data):
     args = [config(name), '--shrink']
     if 'nyu' in name:  # no standard NYU count here: the generated set is read
         args += ['--cfg-options', 'train_dataloader.dataset.data_root=data/toy/nyu']
-    out = run_tool(tool('dry_run.py') + args, cwd=toy_root)
+    out = run_tool_here('dry_run.py', args, toy_root, monkeypatch, capsys)
     assert f'input size:        {size}' in out, out[-3000:]
     assert re.search(r'FLOPs per image: +[0-9.,]+ GFLOPs', out), out[-3000:]
     assert re.search(r'train step: +[0-9.]+ s per image on cpu', out)
@@ -104,19 +101,18 @@ def test_dry_run_fake_scene_holds_the_classes_of_an_ade20k_scene():
 
 
 @pytest.mark.slow
-def test_toy_depth_model_learns(toy_root, tmp_path):
+def test_toy_depth_model_learns(toy_root, tmp_path, monkeypatch, capsys, one_thread):
     """200 iterations from scratch bring the RMSE well below predicting the training set's mean
-    depth everywhere (about 1.3 m on this set)."""
+    depth everywhere (about 1.3 m on this set). The run validates once, at its end, on the
+    config's test set (its test loader and evaluator are the val ones)."""
     iters = 200
-    work = tmp_path / 'depth'
-    run_tool(tool('train.py') + [config(DEPTH), '--work-dir', str(work), '--cfg-options',
-                                 f'train_cfg.max_iters={iters}', f'train_cfg.val_interval={iters}',
-                                 f'param_scheduler.1.end={iters}',
-                                 f'default_hooks.checkpoint.interval={iters}'], cwd=toy_root,
-             env=ONE_THREAD)
-    out = run_tool(tool('test.py') + [config(DEPTH), str(work / f'iter_{iters}.pth'),
-                                      '--work-dir', str(tmp_path / 'test')], cwd=toy_root)
-    rmse = float(re.findall(r'"rmse": ([0-9.]+)', out)[-1])
+    out = run_tool_here('train.py', [config(DEPTH), '--work-dir', tmp_path / 'depth',
+                                     '--cfg-options', f'train_cfg.max_iters={iters}',
+                                     f'train_cfg.val_interval={iters}',
+                                     f'param_scheduler.1.end={iters}',
+                                     f'default_hooks.checkpoint.interval={iters}'],
+                        toy_root, monkeypatch, capsys)
+    rmse = float(re.findall(r'Iter\(val\) \[4/4\].* rmse: ([0-9.]+)', out)[-1])
     nyu = toy_root / 'data/toy/nyu/annotations'
     train = np.concatenate([cv2.imread(f, cv2.IMREAD_UNCHANGED).ravel() / 1000
                             for f in glob.glob(str(nyu / 'train/*.png'))])
@@ -155,13 +151,13 @@ def blind_segm_map(coco_root) -> float:
 
 
 @pytest.mark.slow
-def test_toy_mask2former_learns(toy_root, tmp_path):
+def test_toy_mask2former_learns(toy_root, tmp_path, monkeypatch, capsys, one_thread):
     """60 iterations from scratch on 8 images: the loss falls and the held-out instance mask mAP
     is well above an image-blind predictor's (0.06 on this set; the model reached 6.6, and 2.5 at
     40 iterations: fewer would make the margin thin)."""
     iters = 60
-    out = run_tool(tool('train.py') + [config(MASK2FORMER), '--work-dir', str(tmp_path / 'm2f'),
-                                       '--iters', str(iters)], cwd=toy_root, env=ONE_THREAD)
+    out = run_tool_here('train.py', [config(MASK2FORMER), '--work-dir', tmp_path / 'm2f',
+                                     '--iters', iters], toy_root, monkeypatch, capsys)
     losses = [float(v) for v in re.findall(r'Iter\(train\).* loss: ([0-9.]+)', out)]
     assert len(losses) >= iters // 10 and losses[-1] < 0.8 * losses[0], losses
     segm_map = 100 * float(re.findall(r'coco/segm_mAP: ([0-9.]+)', out)[-1])

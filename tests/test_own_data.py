@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from PIL import Image
 from test_custom_dataset import ADE, ADE_LAYOUT, MASKRCNN, UPERNET, finetune_fails
-from test_recipes import run_tool_here
 
+from conftest import run_tool_here
 from mmvit5.engine.hooks.show_dir_hook import picture_names
 from mmvit5.utils.image_frames import (
     AS_STORED,

@@ -11,14 +11,19 @@ import json
 import os
 import os.path as osp
 import re
-import runpy
-import sys
 
 import pytest
 from mmengine.config import Config
 
 from benchmarks.results import BEGIN, END, collect_runs, results_table
-from conftest import REPO, assert_same_training_state, config, logged_iterations, small_mask2former
+from conftest import (
+    REPO,
+    assert_same_training_state,
+    config,
+    logged_iterations,
+    run_tool_here,
+    small_mask2former,
+)
 from mmvit5.utils import load_config, shrink_model
 
 SHIPPED = sorted(osp.basename(p) for p in glob.glob(osp.join(REPO, 'configs', 'vit5*.py'))
@@ -113,14 +118,6 @@ def smoke_groups(tmp_path_factory) -> dict:
     trains = {name: next((n for n in group if n in RESUMED), group[0])
               for group in groups.values() for name in group}
     return {name: (first, str(folder / f'smoke_{first}')) for name, first in trains.items()}
-
-
-def run_tool_here(script, args, cwd, monkeypatch, capsys) -> str:
-    """``python tools/<script> ARGS`` in this process (saves ~10 s of imports per call)."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, 'argv', [script, *map(str, args)])
-    runpy.run_path(osp.join(REPO, 'tools', script), run_name='__main__')
-    return capsys.readouterr().out
 
 
 def test_every_recipe_is_covered():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mmengine.config import Config
 
-from conftest import config, run_tool, tool
+from conftest import config, run_tool_here
 
 # measured where it was set: 43.86 mIoU (background 89.7, rectangle 85.7, the ellipses and
 # triangles of the 4 test images not yet found) after 80 iterations on conftest.toy_root
@@ -55,12 +55,15 @@ def test_toy_upernet_names_the_shapes_of_its_set(toy_root):
     assert cfg.model.decode_head.num_classes == cfg.model.auxiliary_head.num_classes == 4
 
 
-def train_toy(toy_root, tmp_path, name, iters):
-    """Train configs/toy/<name> for ``iters`` iterations on conftest.toy_root (seed 0, one
-    thread: deterministic on a CPU) and return the log, ending with the validation."""
-    return run_tool(tool('train.py') + [config(f'toy/{name}'), '--work-dir', str(tmp_path / 'w'),
-                                        '--iters', str(iters)],
-                    cwd=toy_root, env=dict(OMP_NUM_THREADS='1'))
+@pytest.fixture
+def train_toy(toy_root, tmp_path, monkeypatch, capsys, one_thread):
+    """``train_toy(name, iters)``: train configs/toy/<name> for ``iters`` iterations on
+    conftest.toy_root (seed 0, one thread: deterministic on a CPU) with tools/train.py, and
+    return the log, ending with the validation."""
+    def train(name: str, iters: int) -> str:
+        return run_tool_here('train.py', [config(f'toy/{name}'), '--work-dir', tmp_path / 'w',
+                                          '--iters', iters], toy_root, monkeypatch, capsys)
+    return train
 
 
 def last_val(out, metric):
@@ -69,12 +72,12 @@ def last_val(out, metric):
 
 
 @pytest.mark.slow
-def test_toy_upernet_floor(toy_root, tmp_path):
+def test_toy_upernet_floor(train_toy):
     """The floor of the toy UperNet at a short budget (80 iterations on the 8 images of the
     test set), well above the 25 mIoU of painting everything background, where the toy once
     stayed (26 at 200 iterations on 64 images)."""
     iters = 80
-    out = train_toy(toy_root, tmp_path, 'vit5-tiny_upernet_shapes.py', iters)
+    out = train_toy('vit5-tiny_upernet_shapes.py', iters)
     table = out[out.rindex('per class results'):]
     iou = {name: float(value) for name, value in
            re.findall(r'\|\s*(background|rectangle|ellipse|triangle)\s*\|\s*([0-9.]+)', table)}
@@ -84,26 +87,26 @@ def test_toy_upernet_floor(toy_root, tmp_path):
     assert miou >= FLOOR_UPERNET and iou['rectangle'] >= 50, (miou, iou)
 
 
-def assert_detector_floor(toy_root, tmp_path, name, iters, floor):
+def assert_detector_floor(train_toy, name, iters, floor):
     """Train the toy detector ``name`` for ``iters`` iterations; its box and mask mAP must reach
     ``floor`` = (bbox, segm), both measured where they were set."""
-    out = train_toy(toy_root, tmp_path, name, iters)
+    out = train_toy(name, iters)
     bbox, segm = last_val(out, 'coco/bbox_mAP'), last_val(out, 'coco/segm_mAP')
     print(f'[toy {name}] {iters} iterations: bbox mAP {bbox}, segm mAP {segm}')
     assert bbox >= floor[0] and segm >= floor[1], (bbox, segm)
 
 
 @pytest.mark.slow
-def test_toy_maskrcnn_floor(toy_root, tmp_path):
+def test_toy_maskrcnn_floor(train_toy):
     """The toy Mask R-CNN learns to find the shapes in a short budget: its box mAP is clearly
     above the 0 of a model that found nothing."""
-    assert_detector_floor(toy_root, tmp_path, 'vit5-tiny_maskrcnn_shapes.py', ITERS_MASKRCNN,
+    assert_detector_floor(train_toy, 'vit5-tiny_maskrcnn_shapes.py', ITERS_MASKRCNN,
                           FLOOR_MASKRCNN)
 
 
 @pytest.mark.slow
-def test_toy_cascade_floor(toy_root, tmp_path):
+def test_toy_cascade_floor(train_toy):
     """The toy Cascade Mask R-CNN learns to find the shapes in a short budget: at 80 iterations
     it already has the box mAP that ViTDet's heads, once its heads, reached only at 200."""
-    assert_detector_floor(toy_root, tmp_path, 'vit5-tiny_cascade-maskrcnn_shapes.py',
+    assert_detector_floor(train_toy, 'vit5-tiny_cascade-maskrcnn_shapes.py',
                           ITERS_CASCADE, FLOOR_CASCADE)
