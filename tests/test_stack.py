@@ -20,7 +20,11 @@ MASK_RCNN = """_base_ = ['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py']
 data_root = 'data/toy/coco/'
 metainfo = dict(classes=('rectangle', 'ellipse', 'triangle'))
 model = dict(backbone=dict(depth=18, init_cfg=None), neck=dict(in_channels=[64, 128, 256, 512]),
-             roi_head=dict(bbox_head=dict(num_classes=3), mask_head=dict(num_classes=3)))
+             roi_head=dict(bbox_head=dict(num_classes=3), mask_head=dict(num_classes=3)),
+             # at most 16 positive RoIs an image in training, 20 detections in testing (not
+             # 128 and 100): the mask head's four 256-wide convs over each were most of the time
+             train_cfg=dict(rcnn=dict(sampler=dict(num=64))),
+             test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=200), rcnn=dict(max_per_img=20)))
 train_pipeline = [dict(type='LoadImageFromFile'),
                   dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
                   dict(type='Resize', scale=(256, 160), keep_ratio=True),
@@ -42,15 +46,28 @@ train_cfg = dict(max_epochs=1, val_interval=1)
 
 UPERNET = """_base_ = ['mmseg::upernet/upernet_r50_4xb4-160k_ade20k-512x512.py']
 norm_cfg = dict(type='BN', requires_grad=True)
-model = dict(pretrained=None,
+crop_size = (128, 128)
+model = dict(pretrained=None, data_preprocessor=dict(size=crop_size),
              backbone=dict(depth=18, norm_cfg=norm_cfg),
              decode_head=dict(in_channels=[64, 128, 256, 512], channels=64, norm_cfg=norm_cfg),
              auxiliary_head=dict(in_channels=256, channels=32, norm_cfg=norm_cfg))
 data_root = 'data/toy/ade/ADEChallengeData2016'
+# the base's pipelines at a quarter of its sizes (the toy images are 160 px)
+train_pipeline = [dict(type='LoadImageFromFile'),
+                  dict(type='LoadAnnotations', reduce_zero_label=True),
+                  dict(type='RandomResize', scale=(512, 128), ratio_range=(0.5, 2.0),
+                       keep_ratio=True),
+                  dict(type='RandomCrop', crop_size=crop_size, cat_max_ratio=0.75),
+                  dict(type='RandomFlip', prob=0.5), dict(type='PhotoMetricDistortion'),
+                  dict(type='PackSegInputs')]
+test_pipeline = [dict(type='LoadImageFromFile'),
+                 dict(type='Resize', scale=(512, 128), keep_ratio=True),
+                 dict(type='LoadAnnotations', reduce_zero_label=True),
+                 dict(type='PackSegInputs')]
 train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                        dataset=dict(data_root=data_root))
+                        dataset=dict(data_root=data_root, pipeline=train_pipeline))
 val_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
-                      dataset=dict(data_root=data_root))
+                      dataset=dict(data_root=data_root, pipeline=test_pipeline))
 test_dataloader = val_dataloader
 train_cfg = dict(max_iters=4, val_interval=4)
 default_hooks = dict(checkpoint=dict(interval=4))
