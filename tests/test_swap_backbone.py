@@ -84,7 +84,9 @@ def test_mmseg_configs(toy_root, tmp_path, name):
     head = cfg.model.decode_head
     if head.type == 'UPerHead':
         cfg = swap(cfg, (0, 1, 1, 1), dict(in_channels=[64] * 4, out_channels=64, num_outs=4))
-        cfg.model.decode_head.in_channels = [64] * 4
+        # 64 wide, not 512: its 2048-channel fusion conv over the stride-4 map of a 512 crop
+        # was most of the step
+        cfg.model.decode_head.update(in_channels=[64] * 4, channels=64)
     else:  # DeepLabV3+: stride-4 low-level features (c1) and the stride-16 map for ASPP
         cfg = swap(cfg, (0, 1), dict(in_channels=[64, 64], out_channels=64,
                                      scale_factors=(4.0, 1.0), num_outs=2))
