@@ -107,6 +107,11 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+def last_val(out: str, metric: str) -> float:
+    """The last validation's value of ``metric`` in a training log."""
+    return float(re.findall(rf'Iter\(val\).*{metric}: ([0-9.]+)', out)[-1])
+
+
 def logged_iterations(out: str) -> dict:
     """{iteration: (lr, loss)} as a training run printed them (mmengine's logger, every
     ``default_hooks.logger.interval`` iterations)."""

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import config, run_tool_here
+from conftest import config, last_val, run_tool_here
 from mmvit5.models.heads import DPTDepthHead
 from mmvit5.utils import load_config
 
@@ -112,7 +112,7 @@ def test_toy_depth_model_learns(toy_root, tmp_path, monkeypatch, capsys, one_thr
                                      f'param_scheduler.1.end={iters}',
                                      f'default_hooks.checkpoint.interval={iters}'],
                         toy_root, monkeypatch, capsys)
-    rmse = float(re.findall(r'Iter\(val\) \[4/4\].* rmse: ([0-9.]+)', out)[-1])
+    rmse = last_val(out, 'rmse')
     nyu = toy_root / 'data/toy/nyu/annotations'
     train = np.concatenate([cv2.imread(f, cv2.IMREAD_UNCHANGED).ravel() / 1000
                             for f in glob.glob(str(nyu / 'train/*.png'))])
@@ -160,6 +160,6 @@ def test_toy_mask2former_learns(toy_root, tmp_path, monkeypatch, capsys, one_thr
                                      '--iters', iters], toy_root, monkeypatch, capsys)
     losses = [float(v) for v in re.findall(r'Iter\(train\).* loss: ([0-9.]+)', out)]
     assert len(losses) >= iters // 10 and losses[-1] < 0.8 * losses[0], losses
-    segm_map = 100 * float(re.findall(r'coco/segm_mAP: ([0-9.]+)', out)[-1])
+    segm_map = 100 * last_val(out, 'coco/segm_mAP')
     chance = blind_segm_map(toy_root / 'data/toy/coco')
     assert segm_map > max(10 * chance, chance + 2), (segm_map, chance)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from mmengine.config import Config
 
-from conftest import config, run_tool_here
+from conftest import config, last_val, run_tool_here
 
 # measured where it was set: 43.86 mIoU (background 89.7, rectangle 85.7, the ellipses and
 # triangles of the 4 test images not yet found) after 80 iterations on conftest.toy_root
@@ -64,11 +64,6 @@ def train_toy(toy_root, tmp_path, monkeypatch, capsys, one_thread):
         return run_tool_here('train.py', [config(f'toy/{name}'), '--work-dir', tmp_path / 'w',
                                           '--iters', iters], toy_root, monkeypatch, capsys)
     return train
-
-
-def last_val(out, metric):
-    """The last validation's value of ``metric`` in a training log."""
-    return float(re.findall(rf'Iter\(val\).*{metric}: ([0-9.]+)', out)[-1])
 
 
 @pytest.mark.slow
