@@ -1,11 +1,14 @@
+import contextlib
 import json
 import os
 import os.path as osp
+import random
 import re
 import runpy
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,11 +91,45 @@ def run_tool(args, cwd, timeout=900, env=None, check=True):
 
 def run_tool_here(script, args, cwd, monkeypatch, capsys) -> str:
     """``python tools/<script> ARGS`` in this process (saves the ~5 s of imports of a new one);
-    returns what it printed."""
+    returns what it printed. What the tool leaves in the process (``LOCAL_RANK``, a default
+    scope, seeded generators) is undone after the test (``process_as_found``)."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, 'argv', [script, *map(str, args)])
     runpy.run_path(osp.join(REPO, 'tools', script), run_name='__main__')
     return capsys.readouterr().out
+
+
+@contextlib.contextmanager
+def process_as_found():
+    """Undo what the body leaves in the process: its environment (tools/train.py sets
+    ``LOCAL_RANK``, after which transformers' Trainer starts torch.distributed), mmengine's
+    default scope (init_default_scope and a Runner leave theirs: after ``mmdet``, a head's
+    build from mmseg's registry finds no SiLogLoss) and the random generators (a runner seeds
+    them)."""
+    from mmengine.registry import DefaultScope
+    environ, scopes = dict(os.environ), DefaultScope._instance_dict.copy()
+    generators = random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+    yield
+    os.environ.clear()
+    os.environ.update(environ)
+    DefaultScope._instance_dict = scopes
+    random.setstate(generators[0])
+    np.random.set_state(generators[1])
+    torch.random.set_rng_state(generators[2])
+
+
+@pytest.fixture(autouse=True)
+def process_left_as_found():
+    with process_as_found():
+        yield
+
+
+@pytest.fixture(autouse=True, scope='module')
+def module_left_as_found():
+    """A worker of pytest-xdist runs many files, in an order that changes with the recorded
+    times: what a module's fixtures leave (a toy trained in-process) must not reach the next."""
+    with process_as_found():
+        yield
 
 
 @pytest.fixture
@@ -135,6 +172,12 @@ def assert_same_training_state(ours, theirs) -> None:
     assert ours['param_schedulers'] == theirs['param_schedulers']
 
 
+def assert_same_depth(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """Two depth maps (metres) agree to 0.1 % or to 0.1 mm: a relative error alone divides
+    float32's ~1e-6 m of noise by a depth near zero (0.22 in a CI run)."""
+    torch.testing.assert_close(ours, theirs, rtol=1e-3, atol=1e-4)
+
+
 def guide_snippets(page):
     """The python snippets of ``docs/en/<page>`` whose first line is ``# <name> ...``, by name
     (onnx.md has one per task)."""
@@ -164,17 +207,6 @@ def tool(name):
 
 def config(name):
     return osp.join(REPO, 'configs', name)
-
-
-@pytest.fixture(autouse=True)
-def own_default_scope():
-    """mmengine's default scope as each test found it: init_default_scope (and a Runner) leave
-    theirs behind, for whichever test a worker runs next, e.g. mmdet's scope for a build from
-    mmpretrain's registry."""
-    from mmengine.registry import DefaultScope
-    scopes = DefaultScope._instance_dict.copy()
-    yield
-    DefaultScope._instance_dict = scopes
 
 
 @pytest.fixture(autouse=True)
