@@ -127,7 +127,8 @@ def process_left_as_found():
 @pytest.fixture(autouse=True, scope='module')
 def module_left_as_found():
     """A worker of pytest-xdist runs many files, in an order that changes with the recorded
-    times: what a module's fixtures leave (a toy trained in-process) must not reach the next."""
+    times: what a module's fixtures leave (a toy trained in-process) must not reach the next.
+    A session fixture is set up before this one, so one that trains belongs to its module."""
     with process_as_found():
         yield
 

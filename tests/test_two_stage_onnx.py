@@ -81,7 +81,7 @@ def export(model, cfg, example: torch.Tensor, path: str, dynamic: bool) -> str:
     return path
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='module')
 def maskrcnn(toy_root, tmp_path_factory):
     """The toy Mask R-CNN (one block) trained 60 iterations, and its graph: dynamic sides,
     batch 2."""
@@ -94,7 +94,7 @@ def maskrcnn(toy_root, tmp_path_factory):
     return model, cfg, path
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='module')
 def cascade(toy_root, tmp_path_factory):
     """The shipped ViT5-S Cascade Mask R-CNN shrunk (test_recipes.py's way: one block, heads 32
     wide) trained 60 iterations on the toy set, and its graph: fixed at batch 2 x ``SIDES[0]``.
