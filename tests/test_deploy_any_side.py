@@ -11,7 +11,8 @@ ViT-5 S/B/L variants of one recipe) are exported once. The ablation configs (bac
 switches on the Mask R-CNN and UperNet recipes) are not looped over, and the toy Mask R-CNN
 and Mask2Former (instances) are left to tests/test_two_stage_onnx.py and
 tests/test_deploy_tasks.py, which compare their dynamic graphs with test_step, and the toy
-Cascade to those parts of it that are checked there and here (``COVERED``).
+Cascade, the shipped Mask R-CNN and instance Mask2Former and the toy depth model to the
+exports that hold all their parts (``COVERED``).
 """
 import contextlib
 import functools
@@ -43,7 +44,17 @@ COVERED = {'toy/vit5-tiny_maskrcnn_shapes.py': 'tests/test_two_stage_onnx.py (it
            # the toy Cascade is the toy Mask R-CNN's backbone, neck and box heads in the
            # shipped Cascade's three stages: each part's dynamic graph is checked elsewhere
            'toy/vit5-tiny_cascade-maskrcnn_shapes.py': 'tests/test_two_stage_onnx.py (the toy '
-           'Mask R-CNN) and vit5-l_cascade-maskrcnn_coco.py here (the cascade)'}
+           'Mask R-CNN) and vit5-l_cascade-maskrcnn_coco.py here (the cascade)',
+           # shrunk, the shipped Mask R-CNN is the shipped Cascade's backbone, neck, RPN, RoI
+           # extractors, mask head and test settings with one stage of its box heads
+           'vit5-l_maskrcnn_coco.py': 'vit5-l_cascade-maskrcnn_coco.py here (every part of it)',
+           # the shipped instance Mask2Former is the panoptic one's pixel and transformer
+           # decoders (8 heads, 80 thing classes) with the toy's instance outputs (3 classes)
+           'vit5-l_mask2former-ins_coco.py': 'vit5-l_mask2former-pan_coco.py here (its decoders) '
+           'and tests/test_deploy_tasks.py (the instance outputs of the toy Mask2Former)',
+           # the toy depth model is the shipped one's, tested whole where that one adds flips
+           'toy/vit5-tiny_depth_shapes.py': 'vit5-l_depth_nyu.py here (the same model, with '
+           'flips at these sides)'}
 
 
 def shrunk(name: str) -> Config:
