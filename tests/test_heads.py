@@ -102,10 +102,11 @@ def test_dry_run_fake_scene_holds_the_classes_of_an_ade20k_scene():
 
 @pytest.mark.slow
 def test_toy_depth_model_learns(toy_root, tmp_path, monkeypatch, capsys, one_thread):
-    """200 iterations from scratch bring the RMSE well below predicting the training set's mean
-    depth everywhere (about 1.3 m on this set). The run validates once, at its end, on the
-    config's test set (its test loader and evaluator are the val ones)."""
-    iters = 200
+    """60 iterations from scratch bring the RMSE well below predicting the training set's mean
+    depth everywhere (measured where set: 0.62 m against 1.18 m; 0.58 m at 200 iterations).
+    The run validates once, at its end, on the config's test set (its test loader and
+    evaluator are the val ones)."""
+    iters = 60
     out = run_tool_here('train.py', [config(DEPTH), '--work-dir', tmp_path / 'depth',
                                      '--cfg-options', f'train_cfg.max_iters={iters}',
                                      f'train_cfg.val_interval={iters}',
