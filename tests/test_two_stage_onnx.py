@@ -186,7 +186,7 @@ def assert_same_instances(expected, outputs, where):
     return found
 
 
-@pytest.mark.slow  # trains a toy and exports it (session fixture)
+@pytest.mark.slow  # trains a toy and exports it (module fixture)
 def test_maskrcnn_onnx_equals_test_step_at_padded_sides(maskrcnn, toy_root):
     import onnx
     model, _, path = maskrcnn
@@ -207,7 +207,7 @@ def test_maskrcnn_onnx_equals_test_step_at_padded_sides(maskrcnn, toy_root):
         assert found > 0
 
 
-@pytest.mark.slow  # trains a toy and exports it (session fixture)
+@pytest.mark.slow  # trains a toy and exports it (module fixture)
 def test_cascade_onnx_equals_test_step(cascade, toy_root):
     model, _, path = cascade
     images = val_images(toy_root, SIDES[0])
@@ -240,7 +240,7 @@ def coco_metrics(model, cfg, onnx_model=None):
     return evaluator.evaluate(len(loader.dataset))
 
 
-@pytest.mark.slow  # trains a toy and exports it (session fixture)
+@pytest.mark.slow  # trains a toy and exports it (module fixture)
 def test_maskrcnn_onnx_coco_map_equals_pytorch(maskrcnn):
     model, cfg, path = maskrcnn
     expected = coco_metrics(model, cfg)
@@ -253,7 +253,7 @@ def test_maskrcnn_onnx_coco_map_equals_pytorch(maskrcnn):
     assert expected['coco/bbox_mAP_50'] > 0, expected  # the toy finds shapes
 
 
-@pytest.mark.slow  # trains a toy and exports it (session fixture)
+@pytest.mark.slow  # trains a toy and exports it (module fixture)
 def test_guide_snippet_runs_the_instances_graph(maskrcnn, toy_root, tmp_path, monkeypatch):
     """onnx.md's instances snippet, as written, on the batch-2 Mask R-CNN graph."""
     _, _, path = maskrcnn
